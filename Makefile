@@ -1,0 +1,62 @@
+# allot — make help lists the targets.
+SHELL := /bin/bash
+GO    ?= go
+PKGS  ?= ./...
+BIN   := bin/allot
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X main.version=$(VERSION)
+GOBIN := $(shell $(GO) env GOPATH)/bin
+GOLANGCI_LINT_VERSION := v2.15.0
+BENCHTIME ?= 2s
+BENCHCOUNT ?= 6
+FUZZTIME ?= 20s
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## list the targets
+	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_-]+:.*## /{printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## build bin/allot (static)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/allot
+
+.PHONY: test
+test: ## run every test against real redis-server (needs redis-server on PATH)
+	@command -v redis-server >/dev/null || { echo "make test: redis-server not found; install it (apt-get install -y redis-server) or run .ci/run" >&2; exit 1; }
+	$(GO) vet $(PKGS)
+	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+.PHONY: bench
+bench: ## run the Go benchmarks (BENCHCOUNT runs each; compare with benchstat)
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) $(PKGS) | tee bench.txt
+
+.PHONY: fuzz
+fuzz: ## run every fuzz target for FUZZTIME each
+	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; done
+
+.PHONY: sim
+sim: build ## run every simulator scenario and print the table
+	$(BIN) sim
+
+.PHONY: lint
+lint: ## golangci-lint with .golangci.yml (installs the pinned version if missing)
+	@test -x $(GOBIN)/golangci-lint || $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	$(GOBIN)/golangci-lint run $(PKGS)
+
+.PHONY: verify
+verify: ## go mod tidy and gofmt leave no diff
+	$(GO) mod tidy
+	gofmt -l . | grep -v '\.pb\.go$$' | tee /dev/stderr | (! read)
+	git diff --exit-code go.mod go.sum
+
+.PHONY: demo
+demo: build ## run allot dev with traffic (not built yet: says so)
+	@$(BIN) dev --traffic 2>/dev/null || { echo "make demo: 'allot dev' is not built yet (issue 6). Try 'make sim' for the simulator, or 'make test'." >&2; exit 1; }
+
+.PHONY: clean
+clean: ## remove build outputs
+	rm -rf bin bench.txt
