@@ -1,0 +1,110 @@
+package policy
+
+// Version is the only policy schema version this build reads.
+const Version = 1
+
+// Limit scopes.
+const (
+	ScopeGlobal   = "global"   // split across regions from the tenant's budget
+	ScopeRegional = "regional" // enforced whole in each region
+)
+
+// Failure policies.
+const (
+	FailOpen   = "open"   // admit through a local fallback limiter
+	FailClosed = "closed" // deny with a retry-after
+)
+
+// RateBudget is the rate of a limit that takes the tenant's global budget.
+const RateBudget = "budget"
+
+// Modes of sharing a tenant's budget across regions (package shares).
+const (
+	ModeRebalanced = "rebalanced"
+	ModeStatic     = "static"
+	ModeFull       = "full"
+	ModePinned     = "pinned"
+)
+
+// DefaultFloorFraction is the share of each tenant's budget reserved as
+// regional floors when the document does not say.
+const DefaultFloorFraction = 0.1
+
+// Document is one policy: what every region enforces.
+type Document struct {
+	Version int `yaml:"version" json:"version"`
+	// Regions lists every region allot runs in.
+	Regions []string `yaml:"regions" json:"regions"`
+	// FloorFraction is the share of each tenant's budget reserved as floors,
+	// split equally between regions (default 0.1; pinned tenants 0).
+	FloorFraction *float64 `yaml:"floor_fraction,omitempty" json:"floor_fraction,omitempty"`
+	// DefaultTier is the tier of tenants that have no entry in Tenants.
+	DefaultTier string `yaml:"default_tier" json:"default_tier"`
+	// Limits are checked on every request whose descriptors they match.
+	Limits []Limit `yaml:"limits" json:"limits"`
+	// Tiers hold default budgets and per-limit overrides.
+	Tiers map[string]Tier `yaml:"tiers" json:"tiers"`
+	// Tenants hold per-tenant overrides.
+	Tenants map[string]Tenant `yaml:"tenants,omitempty" json:"tenants,omitempty"`
+}
+
+// Limit is one rate limit.
+type Limit struct {
+	// Name identifies the limit in metrics, answers and overrides.
+	Name string `yaml:"name" json:"name"`
+	// Descriptors are the descriptor keys whose values form the limit's key;
+	// "tenant" must be one of them.
+	Descriptors []string `yaml:"descriptors" json:"descriptors"`
+	// Match restricts the limit to requests whose descriptors have these
+	// exact values (e.g. route: /login).
+	Match map[string]string `yaml:"match,omitempty" json:"match,omitempty"`
+	// Rate is "budget" (the tenant's global budget; scope global) or N/s,
+	// N/m, N/h.
+	Rate string `yaml:"rate" json:"rate"`
+	// Burst is the units admissible at once from idle; not given for
+	// rate: budget (the budget's burst applies).
+	Burst int64 `yaml:"burst,omitempty" json:"burst,omitempty"`
+	// Scope is global or regional (default: global for rate: budget,
+	// regional otherwise).
+	Scope string `yaml:"scope,omitempty" json:"scope,omitempty"`
+	// OnFailure is open (default) or closed.
+	OnFailure string `yaml:"on_failure,omitempty" json:"on_failure,omitempty"`
+	// FallbackRate is the per-pod rate admitted while Redis is unavailable
+	// (open only; default: the region's grant divided by its live pods).
+	FallbackRate string `yaml:"fallback_rate,omitempty" json:"fallback_rate,omitempty"`
+	// Lease is the number of units a pod leases at once (0: no lease).
+	Lease int64 `yaml:"lease,omitempty" json:"lease,omitempty"`
+	// Shadow computes and counts the limit but never enforces it.
+	Shadow bool `yaml:"shadow,omitempty" json:"shadow,omitempty"`
+}
+
+// Budget is a tenant's global budget and how it is shared.
+type Budget struct {
+	Rate    string             `yaml:"rate,omitempty" json:"rate,omitempty"`
+	Burst   int64              `yaml:"burst,omitempty" json:"burst,omitempty"`
+	Mode    string             `yaml:"mode,omitempty" json:"mode,omitempty"`
+	Home    string             `yaml:"home,omitempty" json:"home,omitempty"`
+	Weights map[string]float64 `yaml:"weights,omitempty" json:"weights,omitempty"`
+}
+
+// Override replaces a limit's rate, burst or shadow flag for a tier or a
+// tenant.
+type Override struct {
+	Rate   string `yaml:"rate,omitempty" json:"rate,omitempty"`
+	Burst  int64  `yaml:"burst,omitempty" json:"burst,omitempty"`
+	Shadow *bool  `yaml:"shadow,omitempty" json:"shadow,omitempty"`
+}
+
+// Tier is a class of tenants.
+type Tier struct {
+	Budget Budget              `yaml:"budget" json:"budget"`
+	Limits map[string]Override `yaml:"limits,omitempty" json:"limits,omitempty"`
+}
+
+// Tenant overrides its tier.
+type Tenant struct {
+	Tier   string              `yaml:"tier,omitempty" json:"tier,omitempty"`
+	Budget Budget              `yaml:"budget,omitempty" json:"budget,omitempty"`
+	Shadow bool                `yaml:"shadow,omitempty" json:"shadow,omitempty"`
+	Limits map[string]Override `yaml:"limits,omitempty" json:"limits,omitempty"`
+}

@@ -1,0 +1,199 @@
+package policy
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/allot-dev/allot/gcra"
+)
+
+const good = `version: 1
+regions: [us-east, eu-west, ap-south]
+default_tier: free
+limits:
+  - name: tenant
+    descriptors: [tenant]
+    rate: budget
+  - name: user
+    descriptors: [tenant, user]
+    rate: 50/s
+    burst: 20
+tiers:
+  free:
+    budget: {rate: 100/s, burst: 20}
+  pro:
+    budget: {rate: 1000/s, burst: 200}
+    limits:
+      user: {rate: 100/s}
+tenants:
+  t42:
+    tier: pro
+    budget: {rate: 2000/s, burst: 400}
+    limits:
+      user: {burst: 40, shadow: true}
+`
+
+func TestParseExample(t *testing.T) {
+	data, err := os.ReadFile("../deploy/policy.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Parse(data); err != nil {
+		t.Fatalf("deploy/policy.example.yaml: %v", err)
+	}
+}
+
+func TestParseJSON(t *testing.T) {
+	js := "{\n\t\"version\": 1,\n\t\"regions\": [\"a\"],\n\t\"default_tier\": \"free\",\n" +
+		"\t\"limits\": [{\"name\": \"tenant\", \"descriptors\": [\"tenant\"], \"rate\": \"budget\"}],\n" +
+		"\t\"tiers\": {\"free\": {\"budget\": {\"rate\": \"5/s\", \"burst\": 3}}}\n}\n"
+	d, err := Parse([]byte(js))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Resolve("x").Budget.Rate; got != gcra.PerSecond(5) {
+		t.Errorf("Resolve(x).Budget.Rate = %v, want 5/s", got)
+	}
+	_, err = Parse([]byte(strings.Replace(js, `"burst": 3`, `"burst": 3, "brust": 1`, 1)))
+	var es Errors
+	if !errors.As(err, &es) || es[0].Line != 6 || !strings.Contains(es[0].Error(), "brust") {
+		t.Errorf("unknown JSON field: error = %v, want line 6 naming brust", err)
+	}
+}
+
+func TestResolve(t *testing.T) {
+	d, err := Parse([]byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		tenant     string
+		tier       string
+		known      bool
+		budget     gcra.Rate
+		burst      int64
+		userRate   gcra.Rate
+		userBurst  int64
+		userShadow bool
+	}{
+		{"t42", "pro", true, gcra.PerSecond(2000), 400, gcra.PerSecond(100), 40, true},
+		{"unknown", "free", false, gcra.PerSecond(100), 20, gcra.PerSecond(50), 20, false},
+	}
+	for _, c := range cases {
+		r := d.Resolve(c.tenant)
+		if r.Tier != c.tier || r.Known != c.known || r.Budget.Rate != c.budget || r.Budget.Burst != c.burst {
+			t.Errorf("Resolve(%q) = tier %q known %v budget %v/%d, want %q %v %v/%d",
+				c.tenant, r.Tier, r.Known, r.Budget.Rate, r.Budget.Burst, c.tier, c.known, c.budget, c.burst)
+		}
+		tl, ul := r.Limits[0], r.Limits[1]
+		if !tl.FromBudget || !tl.Global || tl.Rate != c.budget || tl.Burst != c.burst {
+			t.Errorf("Resolve(%q) tenant limit = %+v, want the budget", c.tenant, tl)
+		}
+		if ul.Rate != c.userRate || ul.Burst != c.userBurst || ul.Shadow != c.userShadow || ul.Global {
+			t.Errorf("Resolve(%q) user limit = %v/%d shadow %v global %v, want %v/%d shadow %v regional",
+				c.tenant, ul.Rate, ul.Burst, ul.Shadow, ul.Global, c.userRate, c.userBurst, c.userShadow)
+		}
+		if r.Budget.FloorFraction != DefaultFloorFraction {
+			t.Errorf("Resolve(%q) floor = %v, want %v", c.tenant, r.Budget.FloorFraction, DefaultFloorFraction)
+		}
+	}
+	if !d.Resolve("t42").Limits[1].Matches(map[string]string{"tenant": "t42", "user": "7"}) {
+		t.Error("user limit does not match {tenant, user}")
+	}
+	if d.Resolve("t42").Limits[1].Matches(map[string]string{"tenant": "t42"}) {
+		t.Error("user limit matches a request without a user")
+	}
+}
+
+// edit replaces old (which must occur) by new in the good document.
+func edit(t *testing.T, old, new string) string {
+	t.Helper()
+	if !strings.Contains(good, old) {
+		t.Fatalf("fixture does not contain %q", old)
+	}
+	return strings.Replace(good, old, new, 1)
+}
+
+func TestParseBad(t *testing.T) {
+	cases := []struct {
+		name     string
+		old, new string // edit of the good document
+		line     int
+		field    string // path the error must name
+		msg      string // a fragment of the message
+	}{
+		{"version missing", "version: 1\n", "", 0, "version", "missing"},
+		{"version unsupported", "version: 1", "version: 2", 1, "version", "not supported"},
+		{"unknown top-level field", "default_tier: free", "default_tier: free\ndefault_teir: pro", 4, "default_teir", "not found"},
+		{"regions empty", "regions: [us-east, eu-west, ap-south]", "regions: []", 2, "regions", "missing"},
+		{"region bad name", "regions: [us-east,", "regions: [US East,", 2, "regions[0]", "region name"},
+		{"region twice", "eu-west, ap-south]", "eu-west, eu-west]", 2, "regions[2]", "twice"},
+		{"floor out of range", "default_tier: free", "default_tier: free\nfloor_fraction: 1.5", 4, "floor_fraction", "outside"},
+		{"default tier unknown", "default_tier: free", "default_tier: gold", 3, "default_tier", "not a tier"},
+		{"limit name missing", "  - name: user\n    descriptors: [tenant, user]\n", "  - descriptors: [tenant, user]\n", 8, "limits[1].name", "missing"},
+		{"limit twice", "  - name: user", "  - name: tenant", 8, "limits[1].name", "twice"},
+		{"descriptors without tenant", "descriptors: [tenant, user]", "descriptors: [user]", 9, "limits[1].descriptors", "tenant"},
+		{"descriptor bad", "descriptors: [tenant, user]", "descriptors: [tenant, User!]", 9, "limits[1].descriptors[1]", "lowercase"},
+		{"rate bad unit", "rate: 50/s", "rate: 10/x", 10, "limits[1].rate", "unit"},
+		{"rate zero", "rate: 50/s", "rate: 0/s", 10, "limits[1].rate", "positive"},
+		{"rate missing", "    rate: 50/s\n", "", 8, "limits[1].rate", "missing"},
+		{"burst zero", "burst: 20\n", "burst: 0\n", 11, "limits[1].burst", "at least 1"},
+		{"burst not a number", "burst: 20\n", "burst: many\n", 11, "limits[1].burst", "cannot unmarshal"},
+		{"burst with budget", "    rate: budget\n", "    rate: budget\n    burst: 5\n", 8, "limits[0].burst", "must not be set"},
+		{"scope unknown", "    burst: 20\n", "    burst: 20\n    scope: planet\n", 12, "limits[1].scope", "want global or regional"},
+		{"global with own rate", "    burst: 20\n", "    burst: 20\n    scope: global\n", 12, "limits[1].scope", "use rate: budget"},
+		{"on_failure unknown", "    burst: 20\n", "    burst: 20\n    on_failure: maybe\n", 12, "limits[1].on_failure", "want open or closed"},
+		{"fallback with closed", "    burst: 20\n", "    burst: 20\n    on_failure: closed\n    fallback_rate: 5/s\n", 13, "limits[1].fallback_rate", "only for on_failure: open"},
+		{"fallback bad", "    burst: 20\n", "    burst: 20\n    fallback_rate: fast\n", 12, "limits[1].fallback_rate", "want N/s"},
+		{"lease negative", "    burst: 20\n", "    burst: 20\n    lease: -1\n", 12, "limits[1].lease", "positive"},
+		{"lease above burst", "    burst: 20\n", "    burst: 20\n    lease: 21\n", 12, "limits[1].lease", "exceeds the burst"},
+		{"match not a descriptor", "    burst: 20\n", "    burst: 20\n    match: {route: /login}\n", 12, "limits[1].match.route", "not one of"},
+		{"tier budget rate missing", "budget: {rate: 100/s, burst: 20}", "budget: {burst: 20}", 14, "tiers.free.budget.rate", "missing"},
+		{"tier budget burst missing", "budget: {rate: 100/s, burst: 20}", "budget: {rate: 100/s}", 14, "tiers.free.budget.burst", "missing"},
+		{"mode unknown", "budget: {rate: 100/s, burst: 20}", "budget: {rate: 100/s, burst: 20, mode: fair}", 14, "tiers.free.budget.mode", "want rebalanced"},
+		{"pinned without home", "budget: {rate: 2000/s, burst: 400}", "budget: {rate: 2000/s, burst: 400, mode: pinned}", 22, "tenants.t42.budget.home", "missing"},
+		{"home unknown", "budget: {rate: 2000/s, burst: 400}", "budget: {mode: pinned, home: mars}", 22, "tenants.t42.budget.home", "not a region"},
+		{"weights unknown region", "budget: {rate: 2000/s, burst: 400}", "budget: {mode: static, weights: {mars: 1}}", 22, "tenants.t42.budget.weights.mars", "not a region"},
+		{"weights negative", "budget: {rate: 2000/s, burst: 400}", "budget: {mode: static, weights: {us-east: -1, eu-west: 2}}", 22, "tenants.t42.budget.weights.us-east", "≥ 0"},
+		{"weights without static", "budget: {rate: 2000/s, burst: 400}", "budget: {weights: {us-east: 1}}", 22, "tenants.t42.budget.weights", "only for mode: static"},
+		{"tenant tier unknown", "    tier: pro\n", "    tier: gold\n", 21, "tenants.t42.tier", "not a tier"},
+		{"override unknown limit", "      user: {burst: 40, shadow: true}", "      usr: {burst: 40}", 24, "tenants.t42.limits.usr", "not a limit"},
+		{"override of budget limit", "      user: {burst: 40, shadow: true}", "      tenant: {rate: 5/s}", 24, "tenants.t42.limits.tenant", "budget.rate"},
+		{"override rate bad", "      user: {rate: 100/s}", "      user: {rate: 100/fortnight}", 18, "tiers.pro.limits.user.rate", "unit"},
+		{"duplicate key", "    tier: pro\n", "    tier: pro\n    tier: free\n", 22, "", "already defined"},
+		{"syntax error", "regions: [us-east, eu-west, ap-south]", "regions: [us-east, eu-west", 0, "", "syntax"},
+		{"tiers missing", "tiers:\n  free:\n    budget: {rate: 100/s, burst: 20}\n  pro:\n    budget: {rate: 1000/s, burst: 200}\n    limits:\n      user: {rate: 100/s}\n", "", 0, "tiers", "missing"},
+	}
+	if len(cases) < 20 {
+		t.Fatalf("only %d bad fixtures", len(cases))
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			doc, err := Parse([]byte(edit(t, c.old, c.new)))
+			if err == nil {
+				t.Fatalf("Parse = %+v, nil; want an error naming %q", doc, c.field)
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("errors.Is(%v, ErrInvalid) = false", err)
+			}
+			var es Errors
+			if !errors.As(err, &es) {
+				t.Fatalf("error %T is not Errors", err)
+			}
+			for _, e := range es {
+				if (c.field == "" || e.Path == c.field) && strings.Contains(e.Msg, c.msg) {
+					if c.line != 0 && e.Line != c.line {
+						t.Errorf("error %q is on line %d, want %d", e, e.Line, c.line)
+					}
+					if c.field != "" && !strings.Contains(e.Error(), c.field) {
+						t.Errorf("error %q does not name %q", e, c.field)
+					}
+					return
+				}
+			}
+			t.Errorf("Parse error = %v; want one naming %q with %q", err, c.field, c.msg)
+		})
+	}
+}

@@ -1,0 +1,151 @@
+package policy
+
+import (
+	"github.com/allot-dev/allot/gcra"
+)
+
+// ResolvedBudget is a tenant's effective global budget.
+type ResolvedBudget struct {
+	Rate          gcra.Rate
+	Burst         int64
+	Mode          string
+	Home          string
+	Weights       map[string]float64
+	FloorFraction float64
+}
+
+// ResolvedLimit is one limit as it applies to one tenant.
+type ResolvedLimit struct {
+	Name        string
+	Descriptors []string
+	Match       map[string]string
+	// FromBudget: the limit enforces the tenant's budget, split across
+	// regions (the region's grant); Rate and Burst are the global budget.
+	FromBudget bool
+	// Global is true for limits split across regions.
+	Global bool
+	Rate   gcra.Rate
+	Burst  int64
+	// FailClosed denies while Redis is unavailable; otherwise the limit fails
+	// open through a local limiter at FallbackRate (zero: grant / live pods).
+	FailClosed   bool
+	FallbackRate gcra.Rate
+	Lease        int64
+	Shadow       bool
+}
+
+// Matches reports whether a request with these descriptors is subject to l:
+// it carries every descriptor of the limit, with the Match values.
+func (l *ResolvedLimit) Matches(descriptors map[string]string) bool {
+	for _, k := range l.Descriptors {
+		if _, ok := descriptors[k]; !ok {
+			return false
+		}
+	}
+	for k, v := range l.Match {
+		if descriptors[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Resolved is everything allot enforces for one tenant.
+type Resolved struct {
+	Tenant string
+	Tier   string
+	// Known is false for tenants resolved through the default tier.
+	Known  bool
+	Budget ResolvedBudget
+	Limits []ResolvedLimit
+}
+
+// Resolve returns the effective budget and limits of tenant: the limit's
+// defaults, overridden by the tenant's tier, overridden by the tenant's own
+// entry. A tenant with no entry gets the default tier. d must be valid.
+func (d *Document) Resolve(tenant string) Resolved {
+	t, known := d.Tenants[tenant]
+	tierName := t.Tier
+	if tierName == "" {
+		tierName = d.DefaultTier
+	}
+	tier := d.Tiers[tierName]
+	res := Resolved{Tenant: tenant, Tier: tierName, Known: known, Budget: d.resolveBudget(tier.Budget, t.Budget)}
+	res.Limits = make([]ResolvedLimit, 0, len(d.Limits))
+	for _, l := range d.Limits {
+		rl := ResolvedLimit{
+			Name:        l.Name,
+			Descriptors: l.Descriptors,
+			Match:       l.Match,
+			FromBudget:  l.Rate == RateBudget,
+			FailClosed:  l.OnFailure == FailClosed,
+			Lease:       l.Lease,
+			Shadow:      l.Shadow,
+		}
+		rl.Global = rl.FromBudget || l.Scope == ScopeGlobal
+		if l.FallbackRate != "" {
+			rl.FallbackRate = mustRate(l.FallbackRate)
+		}
+		if rl.FromBudget {
+			rl.Rate, rl.Burst = res.Budget.Rate, res.Budget.Burst
+		} else {
+			rl.Rate, rl.Burst = mustRate(l.Rate), l.Burst
+		}
+		for _, ov := range []map[string]Override{tier.Limits, t.Limits} {
+			o, ok := ov[l.Name]
+			if !ok {
+				continue
+			}
+			if o.Rate != "" {
+				rl.Rate = mustRate(o.Rate)
+			}
+			if o.Burst != 0 {
+				rl.Burst = o.Burst
+			}
+			if o.Shadow != nil {
+				rl.Shadow = *o.Shadow
+			}
+		}
+		if t.Shadow {
+			rl.Shadow = true
+		}
+		res.Limits = append(res.Limits, rl)
+	}
+	return res
+}
+
+func (d *Document) resolveBudget(tier, tenant Budget) ResolvedBudget {
+	b := tier
+	if tenant.Rate != "" {
+		b.Rate = tenant.Rate
+	}
+	if tenant.Burst != 0 {
+		b.Burst = tenant.Burst
+	}
+	if tenant.Mode != "" {
+		b.Mode, b.Home, b.Weights = tenant.Mode, tenant.Home, tenant.Weights
+	}
+	if b.Mode == "" {
+		b.Mode = ModeRebalanced
+	}
+	floor := DefaultFloorFraction
+	if d.FloorFraction != nil {
+		floor = *d.FloorFraction
+	}
+	if b.Mode == ModePinned {
+		floor = 0
+	}
+	return ResolvedBudget{
+		Rate: mustRate(b.Rate), Burst: b.Burst, Mode: b.Mode, Home: b.Home,
+		Weights: b.Weights, FloorFraction: floor,
+	}
+}
+
+// mustRate parses a rate that validation has already accepted.
+func mustRate(s string) gcra.Rate {
+	r, err := gcra.ParseRate(s)
+	if err != nil {
+		return gcra.Rate{}
+	}
+	return r
+}

@@ -1,0 +1,296 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"unicode"
+
+	"github.com/allot-dev/allot/gcra"
+)
+
+var (
+	nameRE       = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+	descriptorRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
+)
+
+// MaxTenantLen bounds a tenant identifier, in bytes.
+const MaxTenantLen = 256
+
+// Validate checks the whole document and returns every problem found, each
+// naming its field (no lines: use Parse for those).
+func (d *Document) Validate() error { return d.validate(nil) }
+
+// ValidTenant checks a tenant identifier: 1 to MaxTenantLen bytes of
+// printable characters.
+func ValidTenant(id string) error {
+	if id == "" {
+		return errors.New("tenant is empty")
+	}
+	if len(id) > MaxTenantLen {
+		return fmt.Errorf("tenant is %d bytes, at most %d", len(id), MaxTenantLen)
+	}
+	for _, r := range id {
+		if !unicode.IsPrint(r) || r == unicode.ReplacementChar {
+			return fmt.Errorf("tenant %q has a non-printable character", id)
+		}
+	}
+	return nil
+}
+
+func (d *Document) validate(lines map[string]int) error {
+	c := &collector{lines: lines}
+	if d.Version != Version {
+		if d.Version == 0 {
+			c.addf("version", "missing: want version: %d", Version)
+		} else {
+			c.addf("version", "%d is not supported: want %d", d.Version, Version)
+		}
+	}
+	regions := d.validateRegions(c)
+	if d.FloorFraction != nil {
+		if f := *d.FloorFraction; !(f >= 0 && f < 1) {
+			c.addf("floor_fraction", "%v is outside [0, 1)", f)
+		}
+	}
+	limits := d.validateLimits(c)
+	if len(d.Tiers) == 0 {
+		c.addf("tiers", "missing: want at least one tier with a budget")
+	}
+	for _, name := range sortedKeys(d.Tiers) {
+		t := d.Tiers[name]
+		p := "tiers." + name
+		if !nameRE.MatchString(name) {
+			c.addf(p, "tier name %q: want lowercase letters, digits, '.', '_' or '-'", name)
+		}
+		validateBudget(c, p+".budget", t.Budget, regions, true)
+		validateOverrides(c, p+".limits", t.Limits, limits)
+	}
+	switch {
+	case d.DefaultTier == "":
+		c.addf("default_tier", "missing: name the tier of tenants with no entry")
+	case d.Tiers != nil && !hasKey(d.Tiers, d.DefaultTier):
+		c.addf("default_tier", "%q is not a tier (tiers: %s)", d.DefaultTier, strings.Join(sortedKeys(d.Tiers), ", "))
+	}
+	for _, id := range sortedKeys(d.Tenants) {
+		t := d.Tenants[id]
+		p := "tenants." + id
+		if err := ValidTenant(id); err != nil {
+			c.addf(p, "%v", err)
+		}
+		if t.Tier != "" && !hasKey(d.Tiers, t.Tier) {
+			c.addf(p+".tier", "%q is not a tier (tiers: %s)", t.Tier, strings.Join(sortedKeys(d.Tiers), ", "))
+		}
+		validateBudget(c, p+".budget", t.Budget, regions, false)
+		validateOverrides(c, p+".limits", t.Limits, limits)
+	}
+	return c.err()
+}
+
+func (d *Document) validateRegions(c *collector) map[string]bool {
+	regions := map[string]bool{}
+	if len(d.Regions) == 0 {
+		c.addf("regions", "missing: list every region, e.g. [us-east, eu-west]")
+	}
+	for i, r := range d.Regions {
+		p := fmt.Sprintf("regions[%d]", i)
+		switch {
+		case !nameRE.MatchString(r):
+			c.addf(p, "region name %q: want lowercase letters, digits, '.', '_' or '-'", r)
+		case regions[r]:
+			c.addf(p, "region %q is listed twice", r)
+		}
+		regions[r] = true
+	}
+	return regions
+}
+
+// limitInfo is what overrides need to know of a limit.
+type limitInfo struct{ budget bool }
+
+func (d *Document) validateLimits(c *collector) map[string]limitInfo {
+	limits := map[string]limitInfo{}
+	if len(d.Limits) == 0 {
+		c.addf("limits", "missing: want at least one limit, e.g. {name: tenant, descriptors: [tenant], rate: budget}")
+	}
+	for i, l := range d.Limits {
+		p := fmt.Sprintf("limits[%d]", i)
+		switch {
+		case l.Name == "":
+			c.addf(p+".name", "missing")
+		case !nameRE.MatchString(l.Name):
+			c.addf(p+".name", "%q: want lowercase letters, digits, '.', '_' or '-'", l.Name)
+		default:
+			if _, dup := limits[l.Name]; dup {
+				c.addf(p+".name", "limit %q is defined twice", l.Name)
+			}
+		}
+		limits[l.Name] = limitInfo{budget: l.Rate == RateBudget}
+		validateDescriptors(c, p, l)
+		budget := l.Rate == RateBudget
+		switch {
+		case l.Rate == "":
+			c.addf(p+".rate", "missing: want %q or a rate such as 50/s", RateBudget)
+		case !budget:
+			validateRate(c, p+".rate", l.Rate)
+		}
+		switch {
+		case budget && l.Burst != 0:
+			c.addf(p+".burst", "must not be set with rate: budget (the tenant budget's burst applies)")
+		case !budget && l.Rate != "" && l.Burst < 1:
+			c.addf(p+".burst", "%d: want at least 1 (units admissible at once)", l.Burst)
+		}
+		switch l.Scope {
+		case "", ScopeGlobal, ScopeRegional:
+		default:
+			c.addf(p+".scope", "%q: want %s or %s", l.Scope, ScopeGlobal, ScopeRegional)
+		}
+		if l.Scope == ScopeGlobal && !budget && l.Rate != "" {
+			c.addf(p+".scope", "global limits are split from the tenant's budget: use rate: budget, or scope: regional")
+		}
+		if l.Scope == ScopeRegional && budget {
+			c.addf(p+".scope", "rate: budget is always global: drop scope or give the limit its own rate")
+		}
+		if budget && !slices.Equal(l.Descriptors, []string{"tenant"}) && len(l.Descriptors) > 0 {
+			c.addf(p+".descriptors", "a limit with rate: budget is per tenant: want descriptors: [tenant]")
+		}
+		switch l.OnFailure {
+		case "", FailOpen:
+			if l.FallbackRate != "" {
+				validateRate(c, p+".fallback_rate", l.FallbackRate)
+			}
+		case FailClosed:
+			if l.FallbackRate != "" {
+				c.addf(p+".fallback_rate", "only for on_failure: open (a closed limit denies while Redis is unavailable)")
+			}
+		default:
+			c.addf(p+".on_failure", "%q: want %s or %s", l.OnFailure, FailOpen, FailClosed)
+		}
+		switch {
+		case l.Lease < 0:
+			c.addf(p+".lease", "%d: want 0 (no lease) or a positive number of units", l.Lease)
+		case l.Lease > 0 && !budget && l.Burst >= 1 && l.Lease > l.Burst:
+			c.addf(p+".lease", "%d exceeds the burst %d: a lease larger than the burst can never be granted", l.Lease, l.Burst)
+		}
+	}
+	return limits
+}
+
+func validateDescriptors(c *collector, p string, l Limit) {
+	if len(l.Descriptors) == 0 {
+		c.addf(p+".descriptors", "missing: want the descriptor keys of the limit's key, including tenant")
+		return
+	}
+	seen := map[string]bool{}
+	for j, k := range l.Descriptors {
+		dp := fmt.Sprintf("%s.descriptors[%d]", p, j)
+		switch {
+		case !descriptorRE.MatchString(k):
+			c.addf(dp, "%q: want lowercase letters, digits, '_' or '-', starting with a letter", k)
+		case seen[k]:
+			c.addf(dp, "%q is listed twice", k)
+		}
+		seen[k] = true
+	}
+	if !seen["tenant"] {
+		c.addf(p+".descriptors", "must include tenant: every key belongs to one tenant")
+	}
+	for _, k := range sortedKeys(l.Match) {
+		if !seen[k] {
+			c.addf(p+".match."+k, "%q is not one of the limit's descriptors", k)
+		}
+	}
+}
+
+func validateRate(c *collector, p, s string) {
+	if _, err := gcra.ParseRate(s); err != nil {
+		c.addf(p, "%v", err)
+	}
+}
+
+func validateBudget(c *collector, p string, b Budget, regions map[string]bool, required bool) {
+	switch {
+	case b.Rate == "" && required:
+		c.addf(p+".rate", "missing: want the tenant's global rate, e.g. 1000/s")
+	case b.Rate != "":
+		validateRate(c, p+".rate", b.Rate)
+	}
+	switch {
+	case b.Burst == 0 && required:
+		c.addf(p+".burst", "missing: want the units admissible at once, e.g. 200")
+	case b.Burst < 0:
+		c.addf(p+".burst", "%d: want at least 1", b.Burst)
+	}
+	switch b.Mode {
+	case "", ModeRebalanced, ModeStatic, ModeFull, ModePinned:
+	default:
+		c.addf(p+".mode", "%q: want %s, %s, %s or %s", b.Mode, ModeRebalanced, ModeStatic, ModeFull, ModePinned)
+	}
+	if b.Mode == ModePinned && b.Home == "" {
+		c.addf(p+".home", "missing: a pinned budget needs its home region")
+	}
+	if b.Home != "" {
+		if b.Mode != ModePinned {
+			c.addf(p+".home", "only for mode: pinned")
+		} else if len(regions) > 0 && !regions[b.Home] {
+			c.addf(p+".home", "%q is not a region (regions: %s)", b.Home, strings.Join(sortedKeys(regions), ", "))
+		}
+	}
+	if len(b.Weights) > 0 {
+		if b.Mode != ModeStatic {
+			c.addf(p+".weights", "only for mode: static")
+		}
+		sum := 0.0
+		for _, r := range sortedKeys(b.Weights) {
+			w := b.Weights[r]
+			switch {
+			case len(regions) > 0 && !regions[r]:
+				c.addf(p+".weights."+r, "%q is not a region", r)
+			case w < 0 || math.IsNaN(w) || math.IsInf(w, 0):
+				c.addf(p+".weights."+r, "%v: want a weight ≥ 0", w)
+			default:
+				sum += w
+			}
+		}
+		if sum == 0 {
+			c.addf(p+".weights", "weights sum to 0: give at least one region a positive weight")
+		}
+	}
+}
+
+func validateOverrides(c *collector, p string, ov map[string]Override, limits map[string]limitInfo) {
+	for _, name := range sortedKeys(ov) {
+		o := ov[name]
+		op := p + "." + name
+		li, ok := limits[name]
+		if !ok {
+			c.addf(op, "%q is not a limit (limits: %s)", name, strings.Join(sortedKeys(limits), ", "))
+			continue
+		}
+		if li.budget && (o.Rate != "" || o.Burst != 0) {
+			c.addf(op, "limit %q takes the tenant's budget: set budget.rate and budget.burst instead", name)
+			continue
+		}
+		if o.Rate != "" {
+			validateRate(c, op+".rate", o.Rate)
+		}
+		if o.Burst < 0 {
+			c.addf(op+".burst", "%d: want at least 1", o.Burst)
+		}
+	}
+}
+
+func hasKey[V any](m map[string]V, k string) bool { _, ok := m[k]; return ok }
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
