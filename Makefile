@@ -60,3 +60,8 @@ demo: build ## run allot dev with traffic (not built yet: says so)
 .PHONY: clean
 clean: ## remove build outputs
 	rm -rf bin bench.txt
+
+.PHONY: proto
+proto: ## regenerate proto/ Go code (needs protoc, protoc-gen-go, protoc-gen-go-grpc)
+	PATH="$(GOBIN):$$PATH" protoc -I proto --go_out=proto --go_opt=paths=source_relative \
+	  --go-grpc_out=proto --go-grpc_opt=paths=source_relative proto/allot/v1/*.proto
