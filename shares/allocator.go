@@ -1,0 +1,732 @@
+package shares
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"time"
+)
+
+// Usage is what a region observed for one tenant during a report interval,
+// in units.
+type Usage struct {
+	// Offered is every unit asked for: admitted plus denied.
+	Offered float64
+	// Admitted is the units admitted.
+	Admitted float64
+}
+
+// Report is one region's report to the leader.
+type Report struct {
+	// Region names the reporting region; it must be one of Config.Regions.
+	Region string
+	// Interval is the span the counts cover (> 0).
+	Interval time.Duration
+	// Applied is the highest grant epoch the region has applied. Epochs are
+	// per region and strictly increasing across all of the region's
+	// tenants; a region applies grants in epoch order, as an etcd watch
+	// delivers them, so Applied ≥ e means it enforces no grant older than
+	// its newest with epoch ≤ e, for every tenant.
+	Applied uint64
+	// Usage is per tenant. Tenants absent from the map offered nothing.
+	Usage map[string]Usage
+}
+
+// Renewal is the leader's answer to a report: a lease.
+type Renewal struct {
+	// Lease is how long the region may enforce its grants. The region
+	// counts it from when it sent the report, minus its drift margin.
+	Lease time.Duration
+	// MinEpoch: the region enforces only grants with Epoch ≥ MinEpoch;
+	// for older ones it enforces the floor.
+	MinEpoch uint64
+}
+
+// Grant is what one region may enforce for one tenant.
+type Grant struct {
+	// Rate is in units per second; 0 admits nothing.
+	Rate float64
+	// Burst is whole units, ≥ 1 whenever Rate > 0.
+	Burst int64
+	// Epoch orders the region's grants (see Report.Applied).
+	Epoch uint64
+}
+
+// Ceiling is the largest rate and burst a region may be enforcing for a
+// tenant: its newest grant or any older one it may not yet have replaced,
+// or its floor.
+type Ceiling struct {
+	Rate  float64
+	Burst int64
+}
+
+// Change is one grant to persist (in etcd, in the order returned) and
+// deliver to its region.
+type Change struct {
+	Tenant string
+	Region string
+	Grant  Grant
+	// Ceiling is the most the region may be enforcing for the tenant until
+	// it acknowledges Grant.Epoch: the larger of Grant and every older grant
+	// still possibly in force. Restore relies on it.
+	Ceiling Ceiling
+	// MinEpoch is the region's minimum epoch when the change was made.
+	// Restore takes the largest per region, so that a new leader never
+	// lets a region resume a grant its predecessor revoked.
+	MinEpoch uint64
+}
+
+// slot is the leader's state of one tenant in one region.
+type slot struct {
+	rate      float64 // current grant's rate (epoch 0: no grant, the floor applies)
+	hold      float64 // largest rate of older grants still possibly in force while unacknowledged
+	burst     int64
+	holdBurst int64
+	epoch     uint64 // current grant's epoch; 0 means no grant
+	demand    float64
+	dcum      float64 // the region's decay log when demand was last brought up to date
+}
+
+// tenantState is per tenant, beside its slots.
+type tenantState struct {
+	name string
+	rate float64 // R at the last rebalance, for DemandCap; 0 until known
+}
+
+// regionState is the leader's state of one region.
+type regionState struct {
+	epoch       uint64    // last epoch issued to the region
+	acked       uint64    // highest epoch the region reported applied
+	minEpoch    uint64    // grants older than this were revoked
+	leaseExpiry time.Time // leader clock: the region's lease surely ended by then
+	revoked     bool      // the lapse since the last report was handled
+	dcum        float64   // Σ ln(1 − AlphaDown) over reports: lazy decay of absent tenants
+}
+
+// Allocator is the leader's state: demand estimates, grants with epochs,
+// acknowledged epochs and leases. It is not safe for concurrent use.
+type Allocator struct {
+	cfg     Config
+	n       int
+	regIdx  map[string]int
+	regs    []regionState
+	tenants []tenantState
+	tIdx    map[string]int
+	slots   []slot // len(tenants)·n, tenant k's at [k·n, (k+1)·n)
+
+	// per-rebalance scratch, len n each
+	live                   []bool
+	fr, want, tr, cr, curR []float64
+	fb, tb, cb, curB       []int64
+	rem                    []float64
+	newNames               []string
+}
+
+// NewAllocator validates and copies cfg.
+func NewAllocator(cfg Config) (*Allocator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.clone()
+	n := len(cfg.Regions)
+	a := &Allocator{
+		cfg:    cfg,
+		n:      n,
+		regIdx: make(map[string]int, n),
+		regs:   make([]regionState, n),
+		tIdx:   make(map[string]int),
+		live:   make([]bool, n),
+		fr:     make([]float64, n),
+		want:   make([]float64, n),
+		tr:     make([]float64, n),
+		cr:     make([]float64, n),
+		curR:   make([]float64, n),
+		fb:     make([]int64, n),
+		tb:     make([]int64, n),
+		cb:     make([]int64, n),
+		curB:   make([]int64, n),
+		rem:    make([]float64, n),
+	}
+	for i, r := range cfg.Regions {
+		a.regIdx[r] = i
+	}
+	return a, nil
+}
+
+// Config returns a copy of the allocator's configuration.
+func (a *Allocator) Config() Config { return a.cfg.clone() }
+
+// tenant returns the index of name, adding it if needed.
+func (a *Allocator) tenant(name string) int {
+	if k, ok := a.tIdx[name]; ok {
+		return k
+	}
+	k := len(a.tenants)
+	a.tenants = append(a.tenants, tenantState{name: name})
+	a.tIdx[name] = k
+	for range a.n {
+		a.slots = append(a.slots, slot{})
+	}
+	return k
+}
+
+// addNew adds the tenants of names that are unknown, in sorted order, so that
+// the order of tenants (and so of Changes and epochs) is deterministic.
+func (a *Allocator) addNew(names []string) {
+	sort.Strings(names)
+	for _, name := range names {
+		a.tenant(name)
+	}
+}
+
+// Report takes in a region's report at now (leader clock): it updates the
+// demand estimates, records the acknowledged epoch and renews the region's
+// lease until now + Lease. A report from an unknown region or with bad
+// values is an error and changes nothing.
+func (a *Allocator) Report(now time.Time, r Report) (Renewal, error) {
+	i, ok := a.regIdx[r.Region]
+	if !ok {
+		return Renewal{}, fmt.Errorf("report from %q: %w", r.Region, ErrUnknownRegion)
+	}
+	if r.Interval <= 0 {
+		return Renewal{}, fmt.Errorf("%w: Interval: %v: must be positive", ErrInvalidReport, r.Interval)
+	}
+	a.newNames = a.newNames[:0]
+	for t, u := range r.Usage {
+		if !(u.Offered >= 0) || math.IsInf(u.Offered, 0) || !(u.Admitted >= 0) || math.IsInf(u.Admitted, 0) {
+			return Renewal{}, fmt.Errorf("%w: Usage[%q]: offered %v, admitted %v: must be finite and ≥ 0",
+				ErrInvalidReport, t, u.Offered, u.Admitted)
+		}
+		if _, ok := a.tIdx[t]; !ok {
+			a.newNames = append(a.newNames, t)
+		}
+	}
+	a.addNew(a.newNames)
+
+	reg := &a.regs[i]
+	if exp := now.Add(a.cfg.Lease); exp.After(reg.leaseExpiry) {
+		reg.leaseExpiry = exp
+	}
+	reg.revoked = false
+	reg.acked = max(reg.acked, r.Applied)
+	reg.epoch = max(reg.epoch, r.Applied)
+
+	k := float64(r.Interval) / float64(a.cfg.Interval)
+	up := 1 - math.Pow(1-a.cfg.AlphaUp, k)
+	lnDown := k * math.Log1p(-a.cfg.AlphaDown)
+	down := -math.Expm1(lnDown)
+	before := reg.dcum
+	reg.dcum += lnDown
+	secs := r.Interval.Seconds()
+	for t, u := range r.Usage {
+		ti := a.tIdx[t]
+		sl := &a.slots[ti*a.n+i]
+		if sl.dcum != before {
+			sl.demand *= math.Exp(before - sl.dcum)
+		}
+		x := max(u.Offered, u.Admitted) / secs
+		if c := a.cfg.DemandCap; c > 0 {
+			if rt := a.tenants[ti].rate; rt > 0 && x > c*rt {
+				x = c * rt
+			}
+		}
+		alpha := down
+		if x > sl.demand {
+			alpha = up
+		}
+		sl.demand += alpha * (x - sl.demand)
+		sl.dcum = reg.dcum
+	}
+	return Renewal{Lease: a.cfg.Lease, MinEpoch: reg.minEpoch}, nil
+}
+
+// Restore makes a new leader resume from the persisted grants: the newest
+// persisted Change per (tenant, region), in any order. Call it on a new
+// Allocator, before anything else.
+//
+// The rule: every region is treated as possibly enforcing, for each tenant,
+// the Ceiling persisted with its newest grant until it reports Applied ≥
+// that grant's epoch, and as holding a valid lease until now + Lease (the
+// old leader's renewals were all answered before now). Minimum epochs
+// resume at the largest persisted per region, and epochs continue above the
+// largest persisted. Demand estimates start at the persisted grant rates, so
+// the first rebalances reproduce the old grants rather than collapse them.
+// Changes for unknown regions are ignored.
+func (a *Allocator) Restore(now time.Time, persisted []Change) {
+	a.newNames = a.newNames[:0]
+	seen := make(map[string]bool)
+	for _, c := range persisted {
+		if _, ok := a.tIdx[c.Tenant]; !ok && !seen[c.Tenant] {
+			seen[c.Tenant] = true
+			a.newNames = append(a.newNames, c.Tenant)
+		}
+	}
+	a.addNew(a.newNames)
+	for _, c := range persisted {
+		i, ok := a.regIdx[c.Region]
+		if !ok {
+			continue
+		}
+		reg := &a.regs[i]
+		reg.epoch = max(reg.epoch, c.Grant.Epoch)
+		reg.minEpoch = max(reg.minEpoch, c.MinEpoch)
+		sl := &a.slots[a.tIdx[c.Tenant]*a.n+i]
+		if c.Grant.Epoch <= sl.epoch {
+			continue
+		}
+		sl.rate, sl.burst, sl.epoch = c.Grant.Rate, c.Grant.Burst, c.Grant.Epoch
+		sl.hold, sl.holdBurst = max(c.Ceiling.Rate, c.Grant.Rate), max(c.Ceiling.Burst, c.Grant.Burst)
+		sl.demand = c.Grant.Rate
+		sl.dcum = reg.dcum
+	}
+	exp := now.Add(a.cfg.Lease)
+	for i := range a.regs {
+		if exp.After(a.regs[i].leaseExpiry) {
+			a.regs[i].leaseExpiry = exp
+		}
+		a.regs[i].revoked = false
+	}
+}
+
+// Grants returns the current grants of tenant by region. A region absent
+// from the map holds no grant and enforces its floor (see Floor).
+func (a *Allocator) Grants(tenant string) map[string]Grant {
+	k, ok := a.tIdx[tenant]
+	if !ok {
+		return map[string]Grant{}
+	}
+	out := make(map[string]Grant, a.n)
+	for i, r := range a.cfg.Regions {
+		sl := a.slots[k*a.n+i]
+		if sl.epoch != 0 {
+			out[r] = Grant{Rate: sl.rate, Burst: sl.burst, Epoch: sl.epoch}
+		}
+	}
+	return out
+}
+
+// Demand returns the smoothed offered demand of tenant by region, in units
+// per second, as of the last report of each region.
+func (a *Allocator) Demand(tenant string) map[string]float64 {
+	k, ok := a.tIdx[tenant]
+	out := make(map[string]float64, a.n)
+	if !ok {
+		return out
+	}
+	for i, r := range a.cfg.Regions {
+		sl := a.slots[k*a.n+i]
+		d := sl.demand
+		if sl.dcum != a.regs[i].dcum {
+			d *= math.Exp(a.regs[i].dcum - sl.dcum)
+		}
+		out[r] = d
+	}
+	return out
+}
+
+// Rebalance computes every tenant's grants at now (leader clock) from the
+// demand estimates and returns the grants that changed. Persist and deliver
+// them in the order returned. Tenants absent from budgets, or whose budget
+// is invalid, are left as they are.
+func (a *Allocator) Rebalance(now time.Time, budgets map[string]Budget) []Change {
+	for i := range a.regs {
+		reg := &a.regs[i]
+		a.live[i] = now.Before(reg.leaseExpiry)
+		if !a.live[i] && !reg.revoked {
+			// The region's lease surely ended: every grant it holds is
+			// revoked. It learns the new minimum epoch with its next
+			// renewal, and enforces floors until then.
+			reg.revoked = true
+			reg.minEpoch = reg.epoch + 1
+		}
+	}
+	a.newNames = a.newNames[:0]
+	for name := range budgets {
+		if _, ok := a.tIdx[name]; !ok {
+			a.newNames = append(a.newNames, name)
+		}
+	}
+	a.addNew(a.newNames)
+
+	var out []Change
+	for k := range a.tenants {
+		b, ok := budgets[a.tenants[k].name]
+		if !ok || b.validate(a.cfg.Regions) != nil {
+			continue
+		}
+		a.tenants[k].rate = b.Rate
+		out = a.rebalanceTenant(k, &b, out)
+	}
+	return out
+}
+
+// eps is the relative tolerance under which two rates are equal.
+const eps = 1e-9
+
+// rebalanceTenant appends tenant k's changed grants to out.
+func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change) []Change {
+	n := a.n
+	s := a.slots[k*n : (k+1)*n]
+	R, B := b.Rate, b.Burst
+	mode := b.mode()
+
+	// Floors.
+	fr1, fb1 := floorOne(b, n)
+	home := -1
+	if mode == ModePinned {
+		home = indexOf(a.cfg.Regions, b.Home)
+	}
+	for i := range n {
+		a.fr[i], a.fb[i] = fr1, fb1
+	}
+	if home >= 0 {
+		a.fr[home] = R - float64(n-1)*fr1
+		a.fb[home] = B - int64(n-1)*fb1
+	}
+
+	// Bring demand, revocations and acknowledgements up to date; compute
+	// what each region may be enforcing (its ceiling).
+	var sumCR, sumCur float64
+	var sumCB, sumCurB int64
+	for i := range n {
+		reg := &a.regs[i]
+		sl := &s[i]
+		if sl.dcum != reg.dcum {
+			sl.demand *= math.Exp(reg.dcum - sl.dcum)
+			sl.dcum = reg.dcum
+		}
+		if sl.demand < eps*R {
+			sl.demand = 0
+		}
+		if sl.epoch != 0 && sl.epoch < reg.minEpoch {
+			// Revoked: the region enforces its floor until it receives a
+			// newer grant. Persist the floor where the old grant (or one
+			// it may still hold) exceeds it, so that a new leader does not
+			// believe the region holds more — and learns the minimum epoch.
+			hr, hb := sl.rate, sl.burst
+			if reg.acked < sl.epoch {
+				hr, hb = max(hr, sl.hold), max(hb, sl.holdBurst)
+			}
+			if hr > a.fr[i]*(1+eps) || hb > a.fb[i] {
+				reg.epoch++
+				*sl = slot{rate: a.fr[i], burst: a.fb[i], epoch: reg.epoch, demand: sl.demand, dcum: sl.dcum}
+				out = append(out, Change{
+					Tenant: a.tenants[k].name, Region: a.cfg.Regions[i],
+					Grant:    Grant{Rate: sl.rate, Burst: sl.burst, Epoch: sl.epoch},
+					Ceiling:  Ceiling{Rate: sl.rate, Burst: sl.burst},
+					MinEpoch: reg.minEpoch,
+				})
+			} else {
+				*sl = slot{demand: sl.demand, dcum: sl.dcum}
+			}
+		}
+		if sl.epoch != 0 && reg.acked >= sl.epoch {
+			sl.hold, sl.holdBurst = 0, 0
+		}
+		cr, cb := a.fr[i], a.fb[i]
+		curR, curB := a.fr[i], a.fb[i]
+		if sl.epoch != 0 {
+			curR, curB = sl.rate, sl.burst
+			cr, cb = max(cr, sl.rate, sl.hold), max(cb, sl.burst, sl.holdBurst)
+		}
+		a.cr[i], a.cb[i], a.curR[i], a.curB[i] = cr, cb, curR, curB
+		sumCR += cr
+		sumCB += cb
+		sumCur += curR
+		sumCurB += curB
+	}
+
+	// Targets.
+	switch mode {
+	case ModePinned:
+		// Floors are the whole split: nothing to grant.
+		copy(a.tr, a.fr)
+		copy(a.tb, a.fb)
+	case ModeFull:
+		for i := range n {
+			if a.live[i] {
+				a.tr[i], a.tb[i] = R, B
+			} else {
+				a.tr[i], a.tb[i] = a.fr[i], a.fb[i]
+			}
+		}
+	case ModeStatic:
+		sumW := 0.0
+		for i, r := range a.cfg.Regions {
+			w := 1.0
+			if b.Weights != nil {
+				w = b.Weights[r]
+			}
+			a.want[i] = w
+			sumW += w
+		}
+		spare := R - float64(n)*fr1
+		for i := range n {
+			a.tr[i] = a.fr[i]
+			if a.live[i] {
+				a.tr[i] += spare * a.want[i] / sumW
+			}
+		}
+		a.splitBursts(R, B)
+	default:
+		if !a.targetsRebalanced(s, R) {
+			return out // no demand and no grants: floors stand, nothing to write
+		}
+		a.splitBursts(R, B)
+	}
+
+	// Slew: limit each rate's move per rebalance (not for full, nor pinned).
+	if a.cfg.Slew > 0 && (mode == ModeRebalanced || mode == ModeStatic) {
+		lim := a.cfg.Slew * R
+		for i := range n {
+			a.tr[i] = min(max(a.tr[i], a.curR[i]-lim), a.curR[i]+lim)
+		}
+	}
+
+	// Which slots to write. Grows beyond the deadband are wanted; shrinks
+	// beyond it too; smaller shrinks only when something must grow or the
+	// current grants exceed the budget (R shrank).
+	db := a.cfg.Deadband * R
+	tiny := eps * R
+	safety := sumCur > R*(1+eps) || sumCurB > B
+	grow := false
+	for i := range n {
+		if a.tr[i]-a.curR[i] > db {
+			grow = true
+		}
+	}
+	if !grow && !safety {
+		quiet := true
+		for i := range n {
+			if a.curR[i]-a.tr[i] > db {
+				quiet = false
+				break
+			}
+		}
+		if quiet {
+			return out
+		}
+	}
+
+	// Capacity no region may be using, shared among the grows in
+	// proportion to what each still needs.
+	freeR := R*(1-eps) - sumCR
+	freeB := B - sumCB
+	if mode == ModeFull {
+		freeR, freeB = math.Inf(1), math.MaxInt64/4
+	}
+	var needR float64
+	var needB int64
+	for i := range n {
+		if a.tr[i]-a.curR[i] > db {
+			needR += max(0, a.tr[i]-a.cr[i])
+			needB += max(0, a.tb[i]-a.cb[i])
+		}
+	}
+	scaleR, scaleB := 1.0, 1.0
+	if needR > 0 && needR > freeR {
+		scaleR = max(0, freeR) / needR
+	}
+	if needB > 0 && needB > freeB {
+		scaleB = float64(max(0, freeB)) / float64(needB)
+	}
+
+	for i := range n {
+		d := a.tr[i] - a.curR[i]
+		isGrow := d > db
+		isShrink := d < -tiny && (-d > db || grow || safety)
+		burstShrink := a.tb[i] < a.curB[i] && (isShrink || isGrow || sumCurB > B)
+		if !isGrow && !isShrink && !burstShrink {
+			continue
+		}
+		nr, nb := a.curR[i], a.curB[i]
+		switch {
+		case isGrow:
+			nr = min(a.tr[i], a.cr[i]+max(0, a.tr[i]-a.cr[i])*scaleR)
+			nr = max(nr, a.curR[i])
+		case isShrink:
+			nr = a.tr[i]
+		}
+		if a.tb[i] <= a.cb[i] || mode == ModeFull {
+			nb = a.tb[i]
+		} else {
+			nb = a.cb[i] + int64(float64(a.tb[i]-a.cb[i])*scaleB)
+		}
+		if nr > tiny && nb < 1 {
+			// A positive rate needs a unit of burst; none is free yet.
+			if a.curR[i] > tiny || !isShrink {
+				continue
+			}
+			nr = 0
+		}
+		if nr <= tiny {
+			nr, nb = 0, max(0, nb)
+		}
+		if isGrow && nr-a.curR[i] < db/2 && nr < a.tr[i]-tiny && nb <= a.curB[i] {
+			continue // too little room yet: wait for acknowledgements
+		}
+		if math.Abs(nr-a.curR[i]) <= tiny && nb == a.curB[i] {
+			continue
+		}
+		reg := &a.regs[i]
+		sl := &s[i]
+		hr, hb := a.fr[i], a.fb[i]
+		if sl.epoch != 0 {
+			hr, hb = max(hr, sl.rate), max(hb, sl.burst)
+			if reg.acked < sl.epoch {
+				hr, hb = max(hr, sl.hold), max(hb, sl.holdBurst)
+			}
+		}
+		reg.epoch++
+		sl.rate, sl.burst, sl.epoch = nr, nb, reg.epoch
+		sl.hold, sl.holdBurst = hr, hb
+		out = append(out, Change{
+			Tenant: a.tenants[k].name, Region: a.cfg.Regions[i],
+			Grant:    Grant{Rate: nr, Burst: nb, Epoch: reg.epoch},
+			Ceiling:  Ceiling{Rate: max(hr, nr), Burst: max(hb, nb)},
+			MinEpoch: reg.minEpoch,
+		})
+	}
+	return out
+}
+
+// targetsRebalanced fills a.tr with tenant rates from demand. It returns
+// false when there is nothing to do: no demand anywhere and no grant.
+func (a *Allocator) targetsRebalanced(s []slot, R float64) bool {
+	n := a.n
+	avail := R // for live regions, their floors included
+	var sumD, sumWant, sumFLive float64
+	nLive := 0
+	anyGrant := false
+	for i := range n {
+		if s[i].epoch != 0 {
+			anyGrant = true
+		}
+		if !a.live[i] {
+			avail -= a.fr[i]
+			a.tr[i] = a.fr[i]
+			continue
+		}
+		nLive++
+		d := s[i].demand
+		sumD += d
+		a.want[i] = max(a.fr[i], (1+a.cfg.Headroom)*d)
+		sumWant += a.want[i]
+		sumFLive += a.fr[i]
+	}
+	if sumD == 0 && !anyGrant {
+		return false
+	}
+	if nLive == 0 {
+		return true
+	}
+	spread := avail - sumFLive // what is not floors
+	switch {
+	case sumD >= avail:
+		// Overloaded: what one central limiter would admit, floors kept.
+		var sumX float64
+		for i := range n {
+			if a.live[i] {
+				sumX += max(0, s[i].demand-a.fr[i])
+			}
+		}
+		for i := range n {
+			if a.live[i] {
+				a.tr[i] = a.fr[i] + spread*max(0, s[i].demand-a.fr[i])/sumX
+			}
+		}
+	case sumWant > avail:
+		// Headroom does not fit: share in proportion to it.
+		var sumX float64
+		for i := range n {
+			if a.live[i] {
+				sumX += a.want[i] - a.fr[i]
+			}
+		}
+		for i := range n {
+			if a.live[i] {
+				a.tr[i] = a.fr[i] + spread*(a.want[i]-a.fr[i])/sumX
+			}
+		}
+	default:
+		// Underloaded: demand plus headroom, then the spare spread half
+		// equally (room for a region to wake up) and half in proportion to
+		// demand (room for a busy region to grow).
+		spare := avail - sumWant
+		for i := range n {
+			if !a.live[i] {
+				continue
+			}
+			a.tr[i] = a.want[i]
+			if sumD > 0 {
+				a.tr[i] += spare/2/float64(nLive) + spare/2*s[i].demand/sumD
+			} else {
+				a.tr[i] += spare / float64(nLive)
+			}
+		}
+	}
+	return true
+}
+
+// splitBursts fills a.tb from a.tr: each region gets its floor burst plus a
+// share of the rest of B in proportion to its rate above its floor, rounded
+// down and topped up by largest remainder, with at least one unit for every
+// positive rate. Σ a.tb ≤ B.
+func (a *Allocator) splitBursts(R float64, B int64) {
+	n := a.n
+	var sumFB int64
+	var sumX float64
+	for i := range n {
+		sumFB += a.fb[i]
+		sumX += max(0, a.tr[i]-a.fr[i])
+	}
+	extra := B - sumFB
+	left := extra
+	for i := range n {
+		a.tb[i] = a.fb[i]
+		a.rem[i] = -1
+		if sumX > 0 && extra > 0 {
+			x := float64(extra) * max(0, a.tr[i]-a.fr[i]) / sumX
+			w := int64(x)
+			a.tb[i] += w
+			left -= w
+			a.rem[i] = x - float64(w)
+		}
+	}
+	// At least one unit for every positive rate.
+	for i := range n {
+		if a.tr[i] > eps*R && a.tb[i] < 1 {
+			a.tb[i] = 1
+			left--
+		}
+	}
+	// Largest remainders take what is left; if the minimums overdrew,
+	// take back from the largest bursts above their floors.
+	for left > 0 {
+		j := -1
+		for i := range n {
+			if a.rem[i] >= 0 && (j < 0 || a.rem[i] > a.rem[j]) {
+				j = i
+			}
+		}
+		if j < 0 {
+			break
+		}
+		a.tb[j]++
+		a.rem[j] = -1
+		left--
+	}
+	for left < 0 {
+		j := -1
+		for i := range n {
+			if a.tb[i] > max(a.fb[i], 1) && (j < 0 || a.tb[i] > a.tb[j]) {
+				j = i
+			}
+		}
+		if j < 0 {
+			break
+		}
+		a.tb[j]--
+		left++
+	}
+}

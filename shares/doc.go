@@ -1,0 +1,112 @@
+// Package shares splits each tenant's global rate budget (R units per
+// second, burst B) across regions, so that the world admits what one global
+// limiter would (I5) and never more (I4). It is pure: time is passed in, it
+// does no I/O, starts no goroutines, keeps no globals and logs nothing.
+//
+// # Roles
+//
+// The coordinator's leader holds an [Allocator]. Every report interval each
+// region sends a [Report] (offered and admitted units per tenant, and the
+// highest grant epoch it applied); [Allocator.Report] answers with a
+// [Renewal] (a lease). Every rebalance interval [Allocator.Rebalance] returns
+// the grants that changed, as [Change]s to persist in etcd and deliver to the
+// regions in order. Each region keeps a [Region], which says what it
+// enforces for a tenant: its grant while its lease is valid, else its floor.
+//
+// # Modes
+//
+//   - rebalanced (default): shares follow smoothed offered demand.
+//   - static: fixed weights (equal by default) over the part of R above the floors.
+//   - full: every region gets all of R and B; over-admits up to N times. For
+//     comparison only: it is deliberately unsafe and skips the rules below.
+//   - pinned: the home region gets R (and B) less the other regions' floors,
+//     which default to zero; nothing is ever granted, the floors are the split.
+//
+// # Floors
+//
+// A fraction of R (default 10%, 0 for pinned) is reserved as floors, split
+// equally among the regions; the floor burst is ⌊Floor·B/n⌋, at least 1 when
+// the floor rate is positive. Floors are never granted elsewhere. A region
+// with no grant, or whose lease lapsed, enforces its floor ([Floor]).
+//
+// # Demand
+//
+// Demand is offered units (admitted plus denied) per second: admitted units
+// alone are capped by the share and never show growth. A region's offered
+// rate is capped at DemandCap·R (default 2R) so that clients retrying on 429
+// cannot claim an unbounded share, then smoothed per report with an
+// asymmetric EWMA, d ← d + α(x − d), with α = AlphaUp (default 0.6 per
+// interval) when x > d and AlphaDown (default 0.3) otherwise; for a report
+// covering k intervals, α_k = 1 − (1 − α)^k. 90% of a rising step is reached
+// after 3 intervals (0.4³ = 0.064), of a falling step after 7 (0.7⁷ = 0.082).
+// Tenants absent from a report offered nothing and decay as if reported at 0.
+//
+// # Allocation
+//
+// With A = R less the floors of regions whose lease lapsed, f_i the floors
+// and d_i the demand of live regions:
+//
+//   - Σd ≥ A (overloaded): r_i = f_i + (A − Σf)·(d_i − f_i)⁺ / Σ(d_j − f_j)⁺,
+//     what one central limiter would admit (equal admit probability).
+//   - Σ max(f_i, (1+h)d_i) ≤ A (underloaded): each gets w_i = max(f_i, (1+h)d_i)
+//     (Headroom h, default 0.15), then the spare is spread half equally and
+//     half in proportion to demand, so every region has room to grow.
+//   - in between: r_i = f_i + (A − Σf)·(w_i − f_i)/Σ(w_j − f_j).
+//
+// A tenant with no demand and no grant writes nothing. Each rate moves at
+// most Slew·R per rebalance (default 0.5R), and only changes beyond
+// Deadband·R (default 2%) are written, so noise writes nothing; smaller
+// shrinks are written only to make room for a grow, or when the grants
+// exceed R (the budget shrank).
+//
+// # Bursts
+//
+// Each region gets its floor burst plus a share of B − Σ floor bursts in
+// proportion to its rate above its floor, rounded down, the remainder
+// handed out by largest remainder; every region holding a positive rate gets
+// at least one unit, and Σ b_i ≤ B. Budget.Validate rejects a B below the
+// number of regions that may hold a grant. Any split of B loses some bursts
+// against one central bucket.
+//
+// # Safety: shrink before grow (I4)
+//
+// For each tenant and region the leader tracks the ceiling: the largest rate
+// (and burst) the region may still be enforcing: its newest grant, any older
+// grant it has not acknowledged replacing (grants are applied in epoch order,
+// and a report carries the highest epoch applied), and its floor. A grow is
+// written only into capacity outside every ceiling: Σ ceilings ≤ R and
+// ≤ B at every instant. So shrinks are written first, and the matching grows
+// follow once the shrunk regions acknowledge the new epoch, or their lease
+// surely expired.
+//
+// Leases: a region counts its lease from when it sent its report, minus a
+// drift margin; the leader counts from when it answered, so the region
+// always stops first. When a region's lease surely ended (leader clock),
+// the leader revokes its grants: it raises the region's minimum epoch above
+// every epoch issued, so the region, enforcing floors since its lease ended,
+// enforces only newer grants when it comes back (Renewal.MinEpoch), and
+// persists floor grants where the revoked ones exceeded the floor (so a new
+// leader knows). Only then is its capacity granted elsewhere.
+//
+// Failover: each Change carries its Ceiling and the region's MinEpoch.
+// [Allocator.Restore] treats every region as possibly enforcing the persisted
+// ceiling until it acknowledges the persisted epoch, and as leased for a
+// full Lease: a new leader never re-grants capacity its predecessor's
+// unacknowledged grants may hold.
+//
+// # Changing a live GCRA key
+//
+// A region enforcing a changed grant changes (T, B) on live keys. The
+// conversion that keeps that from minting units lives in gcra.Convert, and is
+// applied by gcra.Decide and by the Lua scripts whenever a key's stored (T,
+// B) differs from the limit it is decided under: every key carries the limit
+// it was written under, so the conversion needs no coordination with this
+// package, and a grant may change at any instant between two decisions.
+//
+// # Concurrency and clocks
+//
+// Allocator and Region are not safe for concurrent use: their owner
+// serialises calls. The leader's clock is authoritative for the allocator
+// (report intake, leases, revocation); a region's monotonic clock for its
+// own lease. Times passed in must not go backwards.
+package shares
