@@ -2,6 +2,7 @@ package policy
 
 import (
 	"github.com/allot-dev/allot/gcra"
+	"github.com/allot-dev/allot/shares"
 )
 
 // ResolvedBudget is a tenant's effective global budget.
@@ -148,4 +149,47 @@ func mustRate(s string) gcra.Rate {
 		return gcra.Rate{}
 	}
 	return r
+}
+
+// TenantBudget returns tenant's effective budget alone (cheaper than
+// Resolve). A non-nil override — a budget set through the admin API — takes
+// precedence over the tenant's entry in the document, field by field, and
+// over its tier.
+func (d *Document) TenantBudget(tenant string, override *Budget) ResolvedBudget {
+	t := d.Tenants[tenant]
+	tierName := t.Tier
+	if tierName == "" {
+		tierName = d.DefaultTier
+	}
+	b := t.Budget
+	if override != nil {
+		b = mergeBudget(b, *override)
+	}
+	return d.resolveBudget(d.Tiers[tierName].Budget, b)
+}
+
+func mergeBudget(base, over Budget) Budget {
+	if over.Rate != "" {
+		base.Rate = over.Rate
+	}
+	if over.Burst != 0 {
+		base.Burst = over.Burst
+	}
+	if over.Mode != "" {
+		base.Mode, base.Home, base.Weights = over.Mode, over.Home, over.Weights
+	}
+	return base
+}
+
+// Shares returns the budget as package shares takes it.
+func (b ResolvedBudget) Shares() shares.Budget {
+	floor := b.FloorFraction
+	return shares.Budget{
+		Rate:    b.Rate.PerSecond(),
+		Burst:   b.Burst,
+		Mode:    shares.Mode(b.Mode),
+		Home:    b.Home,
+		Weights: b.Weights,
+		Floor:   &floor,
+	}
 }

@@ -1,0 +1,227 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/allot-dev/allot/internal/etcdtest"
+	"github.com/allot-dev/allot/internal/state"
+	"github.com/allot-dev/allot/shares"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("go.etcd.io/etcd/client/pkg/v3/logutil.(*MergeLogger).outputLoop"),
+		goleak.IgnoreAnyFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
+		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
+	)
+}
+
+// eventually polls fn until it returns nil or the deadline passes.
+func eventually(t *testing.T, within time.Duration, fn func() error) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		err := fn()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %v", within, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func examplePolicy(t *testing.T) []byte {
+	t.Helper()
+	b, err := os.ReadFile("../deploy/policy.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+type node struct {
+	c      *Coordinator
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startNode(t *testing.T, srv *etcdtest.Server, id string) *node {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.ID = id
+	cfg.Etcd = srv.Client(t)
+	cfg.GRPCAddr = id + ":9000"
+	cfg.SessionTTL = time.Second
+	cfg.RebalanceInterval = 100 * time.Millisecond
+	cfg.Lease = 3 * time.Second
+	cfg.Shares.Interval = cfg.RebalanceInterval
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &node{c: c, cancel: cancel, done: make(chan error, 1)}
+	go func() { n.done <- c.Run(ctx) }()
+	t.Cleanup(n.stop)
+	return n
+}
+
+func (n *node) stop() {
+	n.cancel()
+	<-n.done
+	n.done <- nil // let a second stop return
+}
+
+func leaderOf(nodes ...*node) (*node, error) {
+	var l *node
+	for _, n := range nodes {
+		if n.c.IsLeader() {
+			if l != nil {
+				return nil, errors.New("two leaders")
+			}
+			l = n
+		}
+	}
+	if l == nil {
+		return nil, errors.New("no leader")
+	}
+	return l, nil
+}
+
+func report(t *testing.T, n *node, region string, applied uint64, offered float64) (shares.Renewal, error) {
+	t.Helper()
+	return n.c.Report(context.Background(), PodReport{
+		Region: region, Pod: region + "-pod", Interval: 100 * time.Millisecond, Applied: applied,
+		Usage: map[string]shares.Usage{"t42": {Offered: offered, Admitted: offered}}, LivePods: 1,
+	})
+}
+
+func TestElectionFailoverAndFencing(t *testing.T) {
+	// resign: the leader shuts down and resigns. crash: its etcd client dies
+	// without resigning, so its session lapses after the TTL.
+	for _, crash := range []bool{false, true} {
+		name := "resign"
+		if crash {
+			name = "crash"
+		}
+		t.Run(name, func(t *testing.T) { testFailover(t, crash) })
+	}
+}
+
+func testFailover(t *testing.T, crash bool) {
+	srv := etcdtest.Start(t)
+	admin := state.New(srv.Client(t), "")
+	ctx := context.Background()
+	if _, err := admin.ApplyPolicy(ctx, examplePolicy(t), 0, "test"); err != nil {
+		t.Fatal(err)
+	}
+	a, b := startNode(t, srv, "a"), startNode(t, srv, "b")
+	var first *node
+	eventually(t, 10*time.Second, func() (err error) { first, err = leaderOf(a, b); return err })
+	second := a
+	if first == a {
+		second = b
+	}
+	// The follower names the leader to a reporting pod.
+	eventually(t, 5*time.Second, func() error {
+		_, err := report(t, second, "us-east", 0, 10)
+		var nl *NotLeaderError
+		if !errors.As(err, &nl) || nl.Leader != first.c.ID()+":9000" {
+			return errors.New("follower does not name the leader: " + err.Error())
+		}
+		return nil
+	})
+	// Reports to the leader produce grants in etcd.
+	eventually(t, 10*time.Second, func() error {
+		for _, r := range []string{"us-east", "eu-west", "ap-south"} {
+			if _, err := report(t, first, r, 1<<40, 100); err != nil {
+				return err
+			}
+		}
+		g, _, err := admin.Grants(ctx, "")
+		if err != nil || len(g) == 0 {
+			return errors.New("no grants yet")
+		}
+		return nil
+	})
+	first.c.mu.Lock()
+	oldFence := first.c.term.fence
+	first.c.mu.Unlock()
+	before, _, _ := admin.Grants(ctx, "")
+
+	// End the leader's session: the other leads within the session TTL
+	// (plus the time to notice).
+	start := time.Now()
+	if crash {
+		_ = first.c.cfg.Etcd.Close()
+	} else {
+		first.stop()
+	}
+	eventually(t, 5*time.Second, func() error {
+		if !second.c.IsLeader() {
+			return errors.New("second has not taken over")
+		}
+		return nil
+	})
+	took := time.Since(start)
+	t.Logf("failover took %v", took)
+	if took > first.c.cfg.SessionTTL+2*time.Second {
+		t.Errorf("failover took %v, want within the session TTL %v (+2s to notice)", took, first.c.cfg.SessionTTL)
+	}
+
+	// The new leader resumes from etcd: it holds the grants written before.
+	eventually(t, 5*time.Second, func() error {
+		second.c.mu.Lock()
+		defer second.c.mu.Unlock()
+		if second.c.term == nil || second.c.term.alloc == nil {
+			return errors.New("no allocator yet")
+		}
+		for _, g := range before {
+			got, ok := second.c.term.alloc.Grants(g.Tenant)[g.Region]
+			if !ok || got.Epoch < g.Grant.Epoch {
+				return errors.New("grant of " + g.Tenant + "@" + g.Region + " not resumed")
+			}
+		}
+		return nil
+	})
+
+	// A deposed leader's write is rejected by the fence.
+	_, err := admin.WriteGrants(ctx, oldFence, []shares.Change{{Tenant: "t42", Region: "us-east", Grant: shares.Grant{Rate: 1e6, Burst: 1, Epoch: 1 << 50}}})
+	if !errors.Is(err, state.ErrFenced) {
+		t.Fatalf("deposed leader's WriteGrants = %v, want ErrFenced", err)
+	}
+	after, _, _ := admin.Grants(ctx, "us-east")
+	for _, g := range after {
+		if g.Grant.Rate == 1e6 {
+			t.Fatal("the fenced write landed")
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	good := DefaultConfig()
+	good.Etcd = nil
+	cases := []struct {
+		name  string
+		edit  func(*Config)
+		field string
+	}{
+		{"no etcd", func(*Config) {}, "Etcd"},
+	}
+	for _, c := range cases {
+		cfg := good
+		c.edit(&cfg)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("%s: Validate() = %v, want an error naming %s", c.name, err, c.field)
+		}
+	}
+}

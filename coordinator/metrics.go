@@ -1,0 +1,60 @@
+package coordinator
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	leader            prometheus.Gauge
+	terms             prometheus.Counter
+	rebalances        prometheus.Counter
+	rebalanceDuration prometheus.Histogram
+	grantWrites       prometheus.Counter
+	reports           *prometheus.CounterVec
+	tenants           prometheus.Gauge
+	adminRequests     *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "allot_coordinator_is_leader", Help: "1 while this coordinator leads, else 0.",
+		}),
+		terms: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "allot_coordinator_terms_total", Help: "Leadership terms this coordinator has begun.",
+		}),
+		rebalances: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "allot_rebalances_total", Help: "Rebalances completed by this coordinator while leading.",
+		}),
+		rebalanceDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "allot_rebalance_duration_seconds", Help: "Time to compute and write one rebalance.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}),
+		grantWrites: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "allot_grant_writes_total", Help: "Grants written to etcd (changed grants only).",
+		}),
+		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_coordinator_reports_total", Help: "Pod reports received, by region and result.",
+		}, []string{"region", "result"}),
+		tenants: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "allot_coordinator_tenants", Help: "Tenants in the last rebalance.",
+		}),
+		adminRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_admin_requests_total", Help: "Admin API requests, by operation and result code.",
+		}, []string{"op", "code"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.leader, m.terms, m.rebalances, m.rebalanceDuration, m.grantWrites, m.reports, m.tenants, m.adminRequests} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
