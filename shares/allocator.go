@@ -116,6 +116,7 @@ type Allocator struct {
 
 	// per-rebalance scratch, len n each
 	live                   []bool
+	act                    []action
 	fr, want, tr, cr, curR []float64
 	fb, tb, cb, curB       []int64
 	rem                    []float64
@@ -136,6 +137,7 @@ func NewAllocator(cfg Config) (*Allocator, error) {
 		regs:   make([]regionState, n),
 		tIdx:   make(map[string]int),
 		live:   make([]bool, n),
+		act:    make([]action, n),
 		fr:     make([]float64, n),
 		want:   make([]float64, n),
 		tr:     make([]float64, n),
@@ -360,6 +362,16 @@ func (a *Allocator) Rebalance(now time.Time, budgets map[string]Budget) []Change
 	return out
 }
 
+// action is what a rebalance does to one slot.
+type action uint8
+
+const (
+	actNone   action = iota
+	actGrow          // raise the rate (within free capacity)
+	actShrink        // lower the rate
+	actBurst         // lower the burst only
+)
+
 // eps is the relative tolerance under which two rates are equal.
 const eps = 1e-9
 
@@ -508,61 +520,75 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change) []Change {
 		}
 	}
 
-	// Capacity no region may be using, shared among the grows in
-	// proportion to what each still needs.
+	// The slots to write: grows beyond the deadband; shrinks beyond it,
+	// or any shrink when something grows or the grants exceed the budget;
+	// and burst-only shrinks then too.
+	burstSafety := sumCurB > B
+	for i := range n {
+		d := a.tr[i] - a.curR[i]
+		switch {
+		case d > db:
+			a.act[i] = actGrow
+		case d < -tiny && (-d > db || grow || safety):
+			a.act[i] = actShrink
+		case a.tb[i] < a.curB[i] && (grow || burstSafety):
+			a.act[i] = actBurst
+		default:
+			a.act[i] = actNone
+		}
+	}
+
+	// Capacity no region may be using, shared among the written slots in
+	// proportion to what each needs beyond its ceiling.
 	freeR := R*(1-eps) - sumCR
 	freeB := B - sumCB
-	if mode == ModeFull {
-		freeR, freeB = math.Inf(1), math.MaxInt64/4
-	}
 	var needR float64
 	var needB int64
 	for i := range n {
-		if a.tr[i]-a.curR[i] > db {
-			needR += max(0, a.tr[i]-a.cr[i])
-			needB += max(0, a.tb[i]-a.cb[i])
+		if a.act[i] == actNone {
+			continue
 		}
+		if a.act[i] == actGrow {
+			needR += max(0, a.tr[i]-a.cr[i])
+		}
+		needB += max(0, a.tb[i]-a.cb[i])
 	}
 	scaleR, scaleB := 1.0, 1.0
-	if needR > 0 && needR > freeR {
-		scaleR = max(0, freeR) / needR
-	}
-	if needB > 0 && needB > freeB {
-		scaleB = float64(max(0, freeB)) / float64(needB)
+	if mode != ModeFull {
+		if needR > 0 && needR > freeR {
+			scaleR = max(0, freeR) / needR
+		}
+		if needB > 0 && needB > freeB {
+			scaleB = float64(max(0, freeB)) / float64(needB)
+		}
 	}
 
 	for i := range n {
-		d := a.tr[i] - a.curR[i]
-		isGrow := d > db
-		isShrink := d < -tiny && (-d > db || grow || safety)
-		burstShrink := a.tb[i] < a.curB[i] && (isShrink || isGrow || sumCurB > B)
-		if !isGrow && !isShrink && !burstShrink {
+		act := a.act[i]
+		if act == actNone {
 			continue
 		}
-		nr, nb := a.curR[i], a.curB[i]
-		switch {
-		case isGrow:
+		nr := a.curR[i]
+		var nb int64
+		switch act {
+		case actGrow:
 			nr = min(a.tr[i], a.cr[i]+max(0, a.tr[i]-a.cr[i])*scaleR)
 			nr = max(nr, a.curR[i])
-		case isShrink:
+		case actShrink:
 			nr = a.tr[i]
 		}
-		if a.tb[i] <= a.cb[i] || mode == ModeFull {
+		if a.tb[i] <= a.cb[i] {
 			nb = a.tb[i]
 		} else {
 			nb = a.cb[i] + int64(float64(a.tb[i]-a.cb[i])*scaleB)
 		}
-		if nr > tiny && nb < 1 {
-			// A positive rate needs a unit of burst; none is free yet.
-			if a.curR[i] > tiny || !isShrink {
-				continue
-			}
-			nr = 0
-		}
 		if nr <= tiny {
-			nr, nb = 0, max(0, nb)
+			nr = 0
+		} else if nb < 1 {
+			// A positive rate needs a unit of burst and none is free yet.
+			continue
 		}
-		if isGrow && nr-a.curR[i] < db/2 && nr < a.tr[i]-tiny && nb <= a.curB[i] {
+		if act == actGrow && nr-a.curR[i] < db/2 && nr < a.tr[i]-tiny && nb <= a.curB[i] {
 			continue // too little room yet: wait for acknowledgements
 		}
 		if math.Abs(nr-a.curR[i]) <= tiny && nb == a.curB[i] {
@@ -592,9 +618,9 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change) []Change {
 
 // targetsRebalanced fills a.tr with tenant rates from demand. It returns
 // false when there is nothing to do: no demand anywhere and no grant.
-func (a *Allocator) targetsRebalanced(s []slot, R float64) bool {
+func (a *Allocator) targetsRebalanced(s []slot, r float64) bool {
 	n := a.n
-	avail := R // for live regions, their floors included
+	avail := r // for live regions, their floors included
 	var sumD, sumWant, sumFLive float64
 	nLive := 0
 	anyGrant := false
@@ -672,7 +698,7 @@ func (a *Allocator) targetsRebalanced(s []slot, R float64) bool {
 // share of the rest of B in proportion to its rate above its floor, rounded
 // down and topped up by largest remainder, with at least one unit for every
 // positive rate. Σ a.tb ≤ B.
-func (a *Allocator) splitBursts(R float64, B int64) {
+func (a *Allocator) splitBursts(rate float64, burst int64) {
 	n := a.n
 	var sumFB int64
 	var sumX float64
@@ -680,7 +706,7 @@ func (a *Allocator) splitBursts(R float64, B int64) {
 		sumFB += a.fb[i]
 		sumX += max(0, a.tr[i]-a.fr[i])
 	}
-	extra := B - sumFB
+	extra := burst - sumFB
 	left := extra
 	for i := range n {
 		a.tb[i] = a.fb[i]
@@ -695,7 +721,7 @@ func (a *Allocator) splitBursts(R float64, B int64) {
 	}
 	// At least one unit for every positive rate.
 	for i := range n {
-		if a.tr[i] > eps*R && a.tb[i] < 1 {
+		if a.tr[i] > eps*rate && a.tb[i] < 1 {
 			a.tb[i] = 1
 			left--
 		}
