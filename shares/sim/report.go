@@ -1,0 +1,254 @@
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/allot-dev/allot/shares"
+)
+
+// Row is the summary of one (scenario, mode) over one or more seeds: the
+// mean over seeds, and in Worst each measure at its worst seed. It is what
+// `allot sim --format json` prints, one per (scenario, mode).
+type Row struct {
+	Scenario string      `json:"scenario"`
+	Mode     shares.Mode `json:"mode"`
+	// Seeds is how many seeds were run; Seed the first.
+	Seeds int    `json:"seeds"`
+	Seed  uint64 `json:"seed"`
+
+	// Rate and Burst are R and B; DurationS the simulated seconds and
+	// WarmupS the leading seconds left out of the counts below.
+	Rate      float64 `json:"rate"`
+	Burst     int64   `json:"burst"`
+	DurationS float64 `json:"duration_s"`
+	WarmupS   float64 `json:"warmup_s"`
+
+	// Offered, Admitted, Ideal: units after the warm-up (mean over seeds).
+	Offered  float64 `json:"offered"`
+	Admitted float64 `json:"admitted"`
+	Ideal    float64 `json:"ideal"`
+	// Utilisation is Admitted/Ideal (a fraction; above 1 over-admits).
+	Utilisation float64 `json:"utilisation"`
+	// DenyPct is the percentage of offered units denied.
+	DenyPct float64 `json:"deny_pct"`
+
+	// OverAdmission is max over W in {1, 10, 60 s} and windows of length
+	// W of admitted − (B + R·W), floored at 0, in units.
+	OverAdmission float64 `json:"over_admission"`
+	// OverAdmissionPct is OverAdmission as a percentage of R·t (t the run).
+	OverAdmissionPct float64 `json:"over_admission_pct"`
+	// PeakExcessPct is the worst window's excess as a percentage of R·W.
+	PeakExcessPct float64 `json:"peak_excess_pct"`
+
+	// ConvergenceS is the worst time to converge after an event, in
+	// seconds; null when some event never converged.
+	ConvergenceS *float64 `json:"convergence_s"`
+	// RegionErrorPct is the mean |admitted_i − R·d_i/D| in % of R.
+	RegionErrorPct float64 `json:"region_error_pct"`
+
+	// Writes is the grant changes written per run; WritesPerMin per
+	// simulated minute.
+	Writes       float64 `json:"writes"`
+	WritesPerMin float64 `json:"writes_per_min"`
+
+	// PeakRateSum and PeakBurstSum are the largest sums over regions of
+	// the enforced rate and burst at one instant (I4: ≤ R, ≤ B).
+	PeakRateSum  float64 `json:"peak_rate_sum"`
+	PeakBurstSum int64   `json:"peak_burst_sum"`
+	// LostReports is the mean count of reports lost.
+	LostReports float64 `json:"lost_reports"`
+
+	// Worst holds each measure at its worst seed.
+	Worst Worst `json:"worst"`
+}
+
+// Worst is each measure of a Row at its worst seed.
+type Worst struct {
+	Utilisation      float64  `json:"utilisation"`
+	OverAdmission    float64  `json:"over_admission"`
+	OverAdmissionPct float64  `json:"over_admission_pct"`
+	PeakExcessPct    float64  `json:"peak_excess_pct"`
+	ConvergenceS     *float64 `json:"convergence_s"`
+	RegionErrorPct   float64  `json:"region_error_pct"`
+	WritesPerMin     float64  `json:"writes_per_min"`
+	DenyPct          float64  `json:"deny_pct"`
+}
+
+// Summarise folds the runs of one (scenario, mode), one per seed, into a
+// Row. It panics on no runs.
+func Summarise(runs []*Result) Row {
+	f := runs[0]
+	n := float64(len(runs))
+	row := Row{
+		Scenario: f.Scenario, Mode: f.Mode, Seeds: len(runs), Seed: f.Seed,
+		Rate: f.Rate, Burst: f.Burst, DurationS: f.Duration.Seconds(), WarmupS: f.Warmup.Seconds(),
+	}
+	w := &row.Worst
+	w.Utilisation = math.Inf(1)
+	var convSum float64
+	never := false
+	for _, r := range runs {
+		row.Offered += float64(r.Offered) / n
+		row.Admitted += float64(r.Admitted) / n
+		row.Ideal += float64(r.Ideal) / n
+		row.Utilisation += r.Utilisation / n
+		deny := denyPct(r)
+		row.DenyPct += deny / n
+		row.OverAdmission += r.OverAdmission.Units / n
+		row.OverAdmissionPct += r.OverAdmissionPct() / n
+		row.PeakExcessPct += r.PeakExcessPct() / n
+		row.RegionErrorPct += 100 * r.RegionError / n
+		row.Writes += float64(r.Writes) / n
+		row.WritesPerMin += r.WritesPerMinute() / n
+		row.PeakRateSum = math.Max(row.PeakRateSum, r.PeakRateSum)
+		row.PeakBurstSum = max(row.PeakBurstSum, r.PeakBurstSum)
+		row.LostReports += float64(r.LostReports) / n
+
+		w.Utilisation = math.Min(w.Utilisation, r.Utilisation)
+		w.OverAdmission = math.Max(w.OverAdmission, r.OverAdmission.Units)
+		w.OverAdmissionPct = math.Max(w.OverAdmissionPct, r.OverAdmissionPct())
+		w.PeakExcessPct = math.Max(w.PeakExcessPct, r.PeakExcessPct())
+		w.RegionErrorPct = math.Max(w.RegionErrorPct, 100*r.RegionError)
+		w.WritesPerMin = math.Max(w.WritesPerMin, r.WritesPerMinute())
+		w.DenyPct = math.Max(w.DenyPct, deny)
+		if r.ConvergenceWorst < 0 {
+			never = true
+		} else {
+			c := r.ConvergenceWorst.Seconds()
+			convSum += c
+			if w.ConvergenceS == nil || c > *w.ConvergenceS {
+				w.ConvergenceS = &c
+			}
+		}
+	}
+	if never {
+		w.ConvergenceS = nil
+	} else {
+		m := convSum / n
+		row.ConvergenceS = &m
+	}
+	return row
+}
+
+func denyPct(r *Result) float64 {
+	if r.Offered == 0 {
+		return 0
+	}
+	return 100 * float64(r.Denied) / float64(r.Offered)
+}
+
+// WriteJSON writes rows as one indented JSON array.
+func WriteJSON(w io.Writer, rows []Row) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if rows == nil {
+		rows = []Row{}
+	}
+	return enc.Encode(rows)
+}
+
+func fmtConv(c *float64) string {
+	if c == nil {
+		return "never"
+	}
+	return fmt.Sprintf("%.0fs", *c)
+}
+
+// cells returns a row's table cells; with several seeds the measures that
+// have a worst read "mean / worst".
+func cells(r Row) []string {
+	both := func(mean, worst string) string {
+		if r.Seeds > 1 {
+			return mean + " / " + worst
+		}
+		return mean
+	}
+	return []string{
+		r.Scenario,
+		string(r.Mode),
+		fmt.Sprintf("%.0f", r.Offered),
+		fmt.Sprintf("%.0f", r.Admitted),
+		fmt.Sprintf("%.0f", r.Ideal),
+		both(fmt.Sprintf("%.1f%%", 100*r.Utilisation), fmt.Sprintf("%.1f%%", 100*r.Worst.Utilisation)),
+		both(fmt.Sprintf("%.0f", r.OverAdmission), fmt.Sprintf("%.0f", r.Worst.OverAdmission)),
+		both(fmt.Sprintf("%.2f%%", r.OverAdmissionPct), fmt.Sprintf("%.2f%%", r.Worst.OverAdmissionPct)),
+		both(fmt.Sprintf("%.1f%%", r.PeakExcessPct), fmt.Sprintf("%.1f%%", r.Worst.PeakExcessPct)),
+		both(fmtConv(r.ConvergenceS), fmtConv(r.Worst.ConvergenceS)),
+		both(fmt.Sprintf("%.1f%%", r.RegionErrorPct), fmt.Sprintf("%.1f%%", r.Worst.RegionErrorPct)),
+		both(fmt.Sprintf("%.1f", r.WritesPerMin), fmt.Sprintf("%.1f", r.Worst.WritesPerMin)),
+		fmt.Sprintf("%.2f%%", r.DenyPct),
+		fmt.Sprintf("%.2fR", r.PeakRateSum/r.Rate),
+	}
+}
+
+var headers = []string{
+	"SCENARIO", "MODE", "OFFERED", "ADMITTED", "IDEAL", "UTIL", "OVER-ADM", "OVER/R·t",
+	"PEAK/R·W", "CONV", "REGION-ERR", "WRITES/MIN", "DENIED", "MAX ΣGRANT",
+}
+
+// WriteTable writes rows as aligned columns for people.
+func WriteTable(w io.Writer, rows []Row) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(headers, "\t"))
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(cells(r), "\t"))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(rows) > 0 && rows[0].Seeds > 1 {
+		_, err := fmt.Fprintf(w, "(%d seeds from %d: cells with two values read mean / worst)\n", rows[0].Seeds, rows[0].Seed)
+		return err
+	}
+	return nil
+}
+
+// Legend explains the columns of the tables.
+const Legend = `Columns: OFFERED, ADMITTED and IDEAL count units after the warm-up (IDEAL is
+what one central GCRA with (R, B) admits of the same merged arrivals, retries
+included); UTIL = ADMITTED / IDEAL; OVER-ADM = worst over W ∈ {1, 10, 60 s}
+and every window of length W of admitted − (B + R·W), floored at 0, over the
+whole run; OVER/R·t is it as a share of R times the run; PEAK/R·W as a share
+of R·W of its window; CONV = worst time after a demand shift or fault until
+the world's and every region's admitted rate (3-s centred mean) stay within
+5% of R of the ideal split d_i·min(1, R/D) for 5 s (from the start when the
+scenario has no event; "never" if not within the period); REGION-ERR = mean
+|admitted_i − ideal_i| over regions and steady seconds, in % of R; WRITES/MIN
+= grant changes written per simulated minute; DENIED = denied / offered;
+MAX ΣGRANT = the largest sum over regions of the enforced rates at one
+instant (I4 wants ≤ 1.00R).`
+
+// WriteMarkdown writes rows as a markdown table with a short preamble.
+func WriteMarkdown(w io.Writer, rows []Row, preamble string) error {
+	var b strings.Builder
+	if preamble != "" {
+		b.WriteString(preamble)
+		b.WriteString("\n\n")
+	}
+	b.WriteString("| " + strings.Join(headers, " | ") + " |\n|")
+	for range headers {
+		b.WriteString(" --- |")
+	}
+	b.WriteString("\n")
+	for _, r := range rows {
+		b.WriteString("| " + strings.Join(cells(r), " | ") + " |\n")
+	}
+	if len(rows) > 0 && rows[0].Seeds > 1 {
+		fmt.Fprintf(&b, "\n%d seeds from %d; cells with two values read mean / worst.\n", rows[0].Seeds, rows[0].Seed)
+	}
+	b.WriteString("\n" + Legend + "\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// Describe returns a one-line summary of the reference setup of s.
+func Describe(s *Spec) string {
+	return fmt.Sprintf("R = %g/s, B = %d, %d regions, P = %v, L = %v, %v simulated (warm-up %v)",
+		s.Budget.Rate, s.Budget.Burst, len(s.Regions), s.Interval, s.Lease, s.Duration.Round(time.Second), s.Warmup)
+}
