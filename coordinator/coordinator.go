@@ -23,7 +23,7 @@ import (
 
 // ErrNoPolicy: the leader cannot take reports or rebalance before a policy
 // (which names the regions) has been applied.
-var ErrNoPolicy = errors.New("no policy applied yet: apply one with 'allot policy apply -f FILE'")
+var ErrNoPolicy = state.ErrNoPolicy
 
 // ErrBadReport: a report names an unknown region or carries invalid counts.
 var ErrBadReport = errors.New("bad report")

@@ -77,7 +77,9 @@ func startNode(t *testing.T, srv *etcdtest.Server, id string) *node {
 
 func (n *node) stop() {
 	n.cancel()
-	<-n.done
+	if err := <-n.done; err != nil {
+		panic(err)
+	}
 	n.done <- nil // let a second stop return
 }
 

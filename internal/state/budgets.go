@@ -64,7 +64,7 @@ func ValidateBudget(doc *policy.Document, tenant string, b policy.Budget) error 
 func (s *Store) PutBudget(ctx context.Context, tenant string, b policy.Budget, shadow bool, ifVersion int64) (BudgetRecord, error) {
 	_, doc, err := s.Policy(ctx)
 	if errors.Is(err, ErrNotFound) {
-		return BudgetRecord{}, errors.New("no policy applied yet: apply one first (allot policy apply -f FILE) so budgets know the regions")
+		return BudgetRecord{}, fmt.Errorf("%w so that budgets know the regions", ErrNoPolicy)
 	}
 	if err != nil {
 		return BudgetRecord{}, err

@@ -20,6 +20,8 @@ const DefaultPrefix = "/allot/v1/"
 var (
 	// ErrConflict: another writer changed the record since it was read.
 	ErrConflict = errors.New("conflict: changed by another writer since it was read; read it again and retry")
+	// ErrNoPolicy: an operation needs a policy and none was applied.
+	ErrNoPolicy = errors.New("no policy applied yet: apply one first with 'allot policy apply -f FILE'")
 	// ErrNotFound: no such record.
 	ErrNotFound = errors.New("not found")
 )

@@ -1,0 +1,275 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/allot-dev/allot/internal/state"
+	"github.com/allot-dev/allot/policy"
+	"github.com/allot-dev/allot/shares"
+)
+
+// BudgetView is a tenant budget as the admin API shows it.
+type BudgetView struct {
+	Tenant    string             `json:"tenant"`
+	Rate      string             `json:"rate"`
+	Burst     int64              `json:"burst"`
+	Mode      string             `json:"mode,omitempty"`
+	Home      string             `json:"home,omitempty"`
+	Weights   map[string]float64 `json:"weights,omitempty"`
+	Shadow    bool               `json:"shadow,omitempty"`
+	Version   int64              `json:"version,omitempty"`
+	UpdatedAt string             `json:"updated_at,omitempty"`
+}
+
+func budgetView(r state.BudgetRecord) BudgetView {
+	return BudgetView{
+		Tenant: r.Tenant, Rate: r.Rate, Burst: r.Burst, Mode: r.Mode, Home: r.Home,
+		Weights: r.Weights, Shadow: r.Shadow, Version: r.Version, UpdatedAt: r.UpdatedAt.Format(time.RFC3339),
+	}
+}
+
+// PutBudget validates and stores a tenant's budget. ifVersion: 0 any, > 0
+// only over that version, < 0 only when absent.
+func (c *Coordinator) PutBudget(ctx context.Context, b BudgetView, ifVersion int64) (BudgetView, error) {
+	rec, err := c.store.PutBudget(ctx, b.Tenant, policy.Budget{
+		Rate: b.Rate, Burst: b.Burst, Mode: b.Mode, Home: b.Home, Weights: b.Weights,
+	}, b.Shadow, ifVersion)
+	if err != nil {
+		return BudgetView{}, err
+	}
+	return budgetView(rec), nil
+}
+
+// GetBudget returns a tenant's budget record.
+func (c *Coordinator) GetBudget(ctx context.Context, tenant string) (BudgetView, error) {
+	rec, err := c.store.Budget(ctx, tenant)
+	if err != nil {
+		return BudgetView{}, err
+	}
+	return budgetView(rec), nil
+}
+
+// ListBudgets returns every budget record, sorted by tenant.
+func (c *Coordinator) ListBudgets(ctx context.Context) ([]BudgetView, error) {
+	recs, _, err := c.store.Budgets(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]BudgetView, len(recs))
+	for i, r := range recs {
+		out[i] = budgetView(r)
+	}
+	return out, nil
+}
+
+// DeleteBudget removes a tenant's budget record.
+func (c *Coordinator) DeleteBudget(ctx context.Context, tenant string) error {
+	return c.store.DeleteBudget(ctx, tenant)
+}
+
+// RegionShare is one region's part of a tenant's budget.
+type RegionShare struct {
+	Region    string  `json:"region"`
+	Rate      float64 `json:"rate"`
+	Burst     int64   `json:"burst"`
+	Epoch     uint64  `json:"epoch"`
+	Demand    float64 `json:"demand"`
+	FloorRate float64 `json:"floor_rate"`
+	// Granted is false when the region holds no grant and enforces its
+	// floor.
+	Granted bool `json:"granted"`
+}
+
+// SharesView is how a tenant's budget is split now.
+type SharesView struct {
+	Tenant  string        `json:"tenant"`
+	Rate    float64       `json:"rate"`
+	Burst   int64         `json:"burst"`
+	Mode    string        `json:"mode"`
+	Source  string        `json:"source"` // "leader" (live, with demand) or "etcd"
+	Regions []RegionShare `json:"regions"`
+}
+
+// Shares returns how tenant's budget is split: from the leader's allocator
+// when this instance leads, otherwise from the grants in etcd.
+func (c *Coordinator) Shares(ctx context.Context, tenant string) (SharesView, error) {
+	if err := policy.ValidTenant(tenant); err != nil {
+		return SharesView{}, &policy.FieldError{Path: "tenant", Msg: err.Error()}
+	}
+	_, doc, err := c.store.Policy(ctx)
+	if err != nil {
+		if errors.Is(err, state.ErrNotFound) {
+			return SharesView{}, ErrNoPolicy
+		}
+		return SharesView{}, err
+	}
+	var over *policy.Budget
+	if rec, err := c.store.Budget(ctx, tenant); err == nil {
+		over = &rec.Budget
+	} else if !errors.Is(err, state.ErrNotFound) {
+		return SharesView{}, err
+	}
+	rb := doc.TenantBudget(tenant, over)
+	sb := rb.Shares()
+	v := SharesView{Tenant: tenant, Rate: sb.Rate, Burst: sb.Burst, Mode: rb.Mode, Source: "etcd"}
+
+	grants := map[string]shares.Grant{}
+	var demand map[string]float64
+	c.mu.Lock()
+	if t := c.term; t != nil && t.alloc != nil {
+		grants, demand = t.alloc.Grants(tenant), t.alloc.Demand(tenant)
+		v.Source = "leader"
+	}
+	c.mu.Unlock()
+	if v.Source == "etcd" {
+		all, _, err := c.store.Grants(ctx, "")
+		if err != nil {
+			return SharesView{}, err
+		}
+		for _, g := range all {
+			if g.Tenant == tenant {
+				grants[g.Region] = g.Grant
+			}
+		}
+	}
+	for _, r := range doc.Regions {
+		fr, _ := shares.Floor(sb, doc.Regions, r)
+		g, ok := grants[r]
+		rs := RegionShare{Region: r, FloorRate: fr, Demand: demand[r], Granted: ok}
+		if ok {
+			rs.Rate, rs.Burst, rs.Epoch = g.Rate, g.Burst, g.Epoch
+		} else {
+			rs.Rate, rs.Burst = shares.Floor(sb, doc.Regions, r)
+		}
+		v.Regions = append(v.Regions, rs)
+	}
+	return v, nil
+}
+
+// RegionStatus is what the leader knows of one region.
+type RegionStatus struct {
+	Region     string `json:"region"`
+	Pods       int    `json:"pods"`
+	LastReport string `json:"last_report,omitempty"`
+	Applied    uint64 `json:"applied_epoch"`
+	LeaseValid bool   `json:"lease_valid"`
+}
+
+// Status is the coordinator's state (DESIGN.md, GET /v1/status).
+type Status struct {
+	IsLeader        bool           `json:"is_leader"`
+	ID              string         `json:"id"`
+	Leader          LeaderInfo     `json:"leader"`
+	Regions         []RegionStatus `json:"regions"`
+	LastRebalance   string         `json:"last_rebalance,omitempty"`
+	LastRebalanceMS float64        `json:"last_rebalance_ms"`
+	LastWrites      int            `json:"last_grant_writes"`
+	Tenants         int            `json:"tenants"`
+	PolicyVersion   int64          `json:"policy_version"`
+}
+
+// Status returns this instance's view. Only the leader knows the regions'
+// reports; a follower returns its leader and the policy.
+func (c *Coordinator) Status(ctx context.Context) (Status, error) {
+	pv, _, err := c.store.Policy(ctx)
+	if err != nil && !errors.Is(err, state.ErrNotFound) {
+		return Status{}, fmt.Errorf("status: %w", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := Status{ID: c.cfg.ID, Leader: c.leader, PolicyVersion: pv.Version, Regions: []RegionStatus{}}
+	t := c.term
+	if t == nil {
+		return s, nil
+	}
+	s.IsLeader = true
+	now := c.cfg.Now()
+	if !c.lastRun.IsZero() {
+		s.LastRebalance = c.lastRun.UTC().Format(time.RFC3339Nano)
+		s.LastRebalanceMS = float64(c.lastDur.Microseconds()) / 1000
+	}
+	s.LastWrites = c.lastWrites
+	s.Tenants = len(t.tenants)
+	for _, r := range t.regions {
+		rs := RegionStatus{Region: r}
+		var last time.Time
+		first := true
+		for _, p := range t.pods[r] {
+			if !now.Before(p.expires) {
+				continue
+			}
+			rs.Pods++
+			rs.LeaseValid = true
+			if first || p.applied < rs.Applied {
+				rs.Applied = p.applied
+			}
+			first = false
+			if p.lastSeen.After(last) {
+				last = p.lastSeen
+			}
+		}
+		if !last.IsZero() {
+			rs.LastReport = last.UTC().Format(time.RFC3339Nano)
+		}
+		s.Regions = append(s.Regions, rs)
+	}
+	sort.Slice(s.Regions, func(i, j int) bool { return s.Regions[i].Region < s.Regions[j].Region })
+	return s, nil
+}
+
+// PolicyView is one policy version as the admin API shows it.
+type PolicyView struct {
+	Version      int64  `json:"version"`
+	Document     string `json:"document"`
+	AppliedAt    string `json:"applied_at"`
+	Note         string `json:"note,omitempty"`
+	RestoredFrom int64  `json:"restored_from,omitempty"`
+}
+
+func policyView(p state.PolicyVersion) PolicyView {
+	return PolicyView{Version: p.Version, Document: p.Document, AppliedAt: p.AppliedAt.Format(time.RFC3339), Note: p.Note, RestoredFrom: p.RestoredFrom}
+}
+
+// ApplyPolicy validates and stores a policy document as the next version.
+func (c *Coordinator) ApplyPolicy(ctx context.Context, doc string, ifVersion int64, note string) (PolicyView, error) {
+	pv, err := c.store.ApplyPolicy(ctx, []byte(doc), ifVersion, note)
+	if err != nil {
+		return PolicyView{}, err
+	}
+	return policyView(pv), nil
+}
+
+// GetPolicy returns the current policy version.
+func (c *Coordinator) GetPolicy(ctx context.Context) (PolicyView, error) {
+	pv, _, err := c.store.Policy(ctx)
+	if err != nil {
+		return PolicyView{}, err
+	}
+	return policyView(pv), nil
+}
+
+// PolicyHistory returns up to limit versions, newest first.
+func (c *Coordinator) PolicyHistory(ctx context.Context, limit int) ([]PolicyView, error) {
+	h, err := c.store.PolicyHistory(ctx, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]PolicyView, len(h))
+	for i, p := range h {
+		out[i] = policyView(p)
+	}
+	return out, nil
+}
+
+// RollbackPolicy restores version to (0: the previous one) as a new version.
+func (c *Coordinator) RollbackPolicy(ctx context.Context, to, ifVersion int64) (PolicyView, error) {
+	pv, err := c.store.RollbackPolicy(ctx, to, ifVersion)
+	if err != nil {
+		return PolicyView{}, err
+	}
+	return policyView(pv), nil
+}

@@ -1,0 +1,225 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/allot-dev/allot/internal/state"
+	"github.com/allot-dev/allot/policy"
+	allotv1 "github.com/allot-dev/allot/proto/allot/v1"
+	"github.com/allot-dev/allot/shares"
+)
+
+// RegisterGRPC registers allot.v1.Coordinator and allot.v1.Admin on s.
+func (c *Coordinator) RegisterGRPC(s grpc.ServiceRegistrar, auth Auth) {
+	g := &grpcAPI{c: c, auth: auth}
+	allotv1.RegisterCoordinatorServer(s, g)
+	allotv1.RegisterAdminServer(s, g)
+}
+
+type grpcAPI struct {
+	allotv1.UnimplementedCoordinatorServer
+	allotv1.UnimplementedAdminServer
+	c    *Coordinator
+	auth Auth
+}
+
+// GRPCError maps a domain error to a gRPC status: the one place this mapping
+// lives for the coordinator's gRPC API.
+func GRPCError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var nl *NotLeaderError
+	code := codes.Internal
+	switch {
+	case errors.Is(err, errUnauthorized):
+		code = codes.Unauthenticated
+	case errors.Is(err, errBadRequest), errors.Is(err, policy.ErrInvalid), errors.Is(err, ErrBadReport):
+		code = codes.InvalidArgument
+	case errors.Is(err, state.ErrNotFound):
+		code = codes.NotFound
+	case errors.Is(err, state.ErrConflict):
+		code = codes.Aborted
+	case errors.Is(err, ErrNoPolicy):
+		code = codes.FailedPrecondition
+	case errors.As(err, &nl):
+		code = codes.Unavailable
+	case errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	}
+	return status.Error(code, err.Error())
+}
+
+func (g *grpcAPI) Report(ctx context.Context, r *allotv1.ReportRequest) (*allotv1.ReportResponse, error) {
+	usage := make(map[string]shares.Usage, len(r.GetUsage()))
+	for _, u := range r.GetUsage() {
+		acc := usage[u.GetTenant()]
+		acc.Offered += u.GetOffered()
+		acc.Admitted += u.GetAdmitted()
+		usage[u.GetTenant()] = acc
+	}
+	rn, err := g.c.Report(ctx, PodReport{
+		Region: r.GetRegion(), Pod: r.GetPod(), Interval: time.Duration(r.GetIntervalMs()) * time.Millisecond,
+		Applied: r.GetAppliedEpoch(), Usage: usage, LivePods: int(r.GetLivePods()),
+	})
+	var nl *NotLeaderError
+	if errors.As(err, &nl) {
+		return &allotv1.ReportResponse{Accepted: false, Leader: nl.Leader}, nil
+	}
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	return &allotv1.ReportResponse{
+		Accepted: true, Leader: g.c.cfg.GRPCAddr, LeaseMs: rn.Lease.Milliseconds(), MinEpoch: rn.MinEpoch,
+	}, nil
+}
+
+func (g *grpcAPI) authorize(ctx context.Context) error {
+	md, _ := metadata.FromIncomingContext(ctx)
+	var h string
+	if v := md.Get("authorization"); len(v) > 0 {
+		h = v[0]
+	}
+	if !g.auth.allows(h) {
+		return GRPCError(errUnauthorized)
+	}
+	return nil
+}
+
+func toBudget(b BudgetView) *allotv1.Budget {
+	return &allotv1.Budget{
+		Tenant: b.Tenant, Rate: b.Rate, Burst: b.Burst, Mode: b.Mode, Home: b.Home,
+		Weights: b.Weights, Shadow: b.Shadow, Version: b.Version, UpdatedAt: b.UpdatedAt,
+	}
+}
+
+func (g *grpcAPI) PutBudget(ctx context.Context, r *allotv1.PutBudgetRequest) (*allotv1.Budget, error) {
+	if err := g.authorize(ctx); err != nil {
+		return nil, err
+	}
+	b := r.GetBudget()
+	v, err := g.c.PutBudget(ctx, BudgetView{
+		Tenant: b.GetTenant(), Rate: b.GetRate(), Burst: b.GetBurst(), Mode: b.GetMode(),
+		Home: b.GetHome(), Weights: b.GetWeights(), Shadow: b.GetShadow(),
+	}, r.GetIfVersion())
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	return toBudget(v), nil
+}
+
+func (g *grpcAPI) GetBudget(ctx context.Context, r *allotv1.GetBudgetRequest) (*allotv1.Budget, error) {
+	v, err := g.c.GetBudget(ctx, r.GetTenant())
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	return toBudget(v), nil
+}
+
+func (g *grpcAPI) ListBudgets(ctx context.Context, _ *allotv1.ListBudgetsRequest) (*allotv1.ListBudgetsResponse, error) {
+	vs, err := g.c.ListBudgets(ctx)
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	out := &allotv1.ListBudgetsResponse{}
+	for _, v := range vs {
+		out.Budgets = append(out.Budgets, toBudget(v))
+	}
+	return out, nil
+}
+
+func (g *grpcAPI) DeleteBudget(ctx context.Context, r *allotv1.DeleteBudgetRequest) (*allotv1.DeleteBudgetResponse, error) {
+	if err := g.authorize(ctx); err != nil {
+		return nil, err
+	}
+	if err := g.c.DeleteBudget(ctx, r.GetTenant()); err != nil {
+		return nil, GRPCError(err)
+	}
+	return &allotv1.DeleteBudgetResponse{}, nil
+}
+
+func (g *grpcAPI) GetShares(ctx context.Context, r *allotv1.GetSharesRequest) (*allotv1.Shares, error) {
+	v, err := g.c.Shares(ctx, r.GetTenant())
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	out := &allotv1.Shares{Tenant: v.Tenant, Rate: v.Rate, Burst: v.Burst, Mode: v.Mode}
+	for _, s := range v.Regions {
+		out.Regions = append(out.Regions, &allotv1.RegionShare{
+			Region: s.Region, Rate: s.Rate, Burst: s.Burst, Epoch: s.Epoch, Demand: s.Demand, FloorRate: s.FloorRate,
+		})
+	}
+	return out, nil
+}
+
+func (g *grpcAPI) Status(ctx context.Context, _ *allotv1.StatusRequest) (*allotv1.StatusResponse, error) {
+	s, err := g.c.Status(ctx)
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	out := &allotv1.StatusResponse{
+		IsLeader: s.IsLeader, Leader: s.Leader.GRPC, Id: s.ID, LastRebalance: s.LastRebalance,
+		LastRebalanceMs: s.LastRebalanceMS, Tenants: int64(s.Tenants), PolicyVersion: s.PolicyVersion,
+	}
+	for _, r := range s.Regions {
+		out.Regions = append(out.Regions, &allotv1.RegionStatus{
+			Region: r.Region, Pods: int32(r.Pods), LastReport: r.LastReport, AppliedEpoch: r.Applied, LeaseValid: r.LeaseValid,
+		})
+	}
+	return out, nil
+}
+
+func toPolicy(p PolicyView) *allotv1.PolicyVersion {
+	return &allotv1.PolicyVersion{Version: p.Version, Document: p.Document, AppliedAt: p.AppliedAt, Note: p.Note, RestoredFrom: p.RestoredFrom}
+}
+
+func (g *grpcAPI) ApplyPolicy(ctx context.Context, r *allotv1.ApplyPolicyRequest) (*allotv1.PolicyVersion, error) {
+	if err := g.authorize(ctx); err != nil {
+		return nil, err
+	}
+	v, err := g.c.ApplyPolicy(ctx, r.GetDocument(), r.GetIfVersion(), r.GetNote())
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	return toPolicy(v), nil
+}
+
+func (g *grpcAPI) GetPolicy(ctx context.Context, _ *allotv1.GetPolicyRequest) (*allotv1.PolicyVersion, error) {
+	v, err := g.c.GetPolicy(ctx)
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	return toPolicy(v), nil
+}
+
+func (g *grpcAPI) PolicyHistory(ctx context.Context, r *allotv1.PolicyHistoryRequest) (*allotv1.PolicyHistoryResponse, error) {
+	vs, err := g.c.PolicyHistory(ctx, int(r.GetLimit()))
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	out := &allotv1.PolicyHistoryResponse{}
+	for _, v := range vs {
+		out.Versions = append(out.Versions, toPolicy(v))
+	}
+	return out, nil
+}
+
+func (g *grpcAPI) RollbackPolicy(ctx context.Context, r *allotv1.RollbackPolicyRequest) (*allotv1.PolicyVersion, error) {
+	if err := g.authorize(ctx); err != nil {
+		return nil, err
+	}
+	v, err := g.c.RollbackPolicy(ctx, r.GetTo(), r.GetIfVersion())
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	return toPolicy(v), nil
+}
