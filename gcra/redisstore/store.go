@@ -1,0 +1,208 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/allot-dev/allot/gcra"
+)
+
+// Store is a gcra.BatchStore on Redis. Build it with New.
+type Store struct {
+	c   redis.UniversalClient
+	one *redis.Script
+	all *redis.Script
+}
+
+var _ gcra.BatchStore = (*Store)(nil)
+
+// New returns a Store deciding through c, which may be a *redis.Client, a
+// *redis.ClusterClient or any other UniversalClient. A *redis.Client,
+// *redis.ClusterClient or *redis.Ring must have been built with
+// ContextTimeoutEnabled, or New returns ErrContextTimeoutDisabled: without it
+// go-redis ignores context deadlines on socket reads and a stalled Redis
+// would cost each call the client's read timeout.
+func New(c redis.UniversalClient) (*Store, error) {
+	if c == nil {
+		return nil, errors.New("redisstore: client is nil")
+	}
+	if !contextTimeoutEnabled(c) {
+		return nil, ErrContextTimeoutDisabled
+	}
+	return &Store{
+		c:   c,
+		one: redis.NewScript(gcra.SingleScript()),
+		all: redis.NewScript(gcra.CompositeScript()),
+	}, nil
+}
+
+func contextTimeoutEnabled(c redis.UniversalClient) bool {
+	switch cc := c.(type) {
+	case *redis.Client:
+		return cc.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return cc.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return cc.Options().ContextTimeoutEnabled
+	}
+	return true
+}
+
+// Decide decides reqs in one round trip: one request with the single-key
+// script, several with the composite script (all or nothing). Invalid
+// requests return the error of gcra.ValidateRequests without calling Redis;
+// a failed call returns an *Error.
+func (s *Store) Decide(ctx context.Context, reqs []gcra.Request) (gcra.Decision, error) {
+	if err := gcra.ValidateRequests(reqs); err != nil {
+		return gcra.Decision{}, err
+	}
+	script := s.one
+	if len(reqs) > 1 {
+		script = s.all
+	}
+	keys, args := encode(reqs)
+	v, err := script.Run(ctx, s.c, keys, args...).Result()
+	if err != nil {
+		return gcra.Decision{}, classify("decide", err)
+	}
+	d, err := decode(v, len(reqs))
+	if err != nil {
+		return gcra.Decision{}, classify("decide", err)
+	}
+	return d, nil
+}
+
+// DecideMany decides every element of batch, each as Decide would, in one
+// pipeline (EVALSHA for all; those the server answers NOSCRIPT are sent
+// again with EVAL in a second pipeline). It returns one Answer per element,
+// in order; a failure of the whole exchange is every answer's error.
+func (s *Store) DecideMany(ctx context.Context, batch [][]gcra.Request) []gcra.Answer {
+	answers := make([]gcra.Answer, len(batch))
+	cmds := make([]*redis.Cmd, len(batch))
+	pipe := s.c.Pipeline()
+	queued := 0
+	for i, reqs := range batch {
+		if err := gcra.ValidateRequests(reqs); err != nil {
+			answers[i].Err = err
+			continue
+		}
+		keys, args := encode(reqs)
+		cmds[i] = s.script(len(reqs)).EvalSha(ctx, pipe, keys, args...)
+		queued++
+	}
+	if queued == 0 {
+		return answers
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+
+	var again []int
+	for i, c := range cmds {
+		if c != nil && redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		pipe = s.c.Pipeline()
+		for _, i := range again {
+			keys, args := encode(batch[i])
+			cmds[i] = s.script(len(batch[i])).Eval(ctx, pipe, keys, args...)
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+
+	for i, c := range cmds {
+		if c == nil {
+			continue
+		}
+		v, err := c.Result()
+		if err != nil {
+			answers[i].Err = classify("decide many", err)
+			continue
+		}
+		d, err := decode(v, len(batch[i]))
+		if err != nil {
+			answers[i].Err = classify("decide many", err)
+			continue
+		}
+		answers[i].Decision = d
+	}
+	return answers
+}
+
+func (s *Store) script(n int) *redis.Script {
+	if n > 1 {
+		return s.all
+	}
+	return s.one
+}
+
+// encode returns the keys and the ARGV triples (T, B, cost) of reqs.
+func encode(reqs []gcra.Request) ([]string, []any) {
+	keys := make([]string, len(reqs))
+	args := make([]any, 0, 3*len(reqs))
+	for i := range reqs {
+		keys[i] = reqs[i].Key
+		args = append(args, reqs[i].Limit.T, reqs[i].Limit.Burst, reqs[i].Cost)
+	}
+	return keys, args
+}
+
+// decode checks and converts a script's reply: four integers for one key,
+// five (the last the 1-based limiting index) for n > 1.
+func decode(v any, n int) (gcra.Decision, error) {
+	arr, ok := v.([]any)
+	if !ok {
+		return gcra.Decision{}, badReply(v, "not an array")
+	}
+	want := 4
+	if n > 1 {
+		want = 5
+	}
+	if len(arr) != want {
+		return gcra.Decision{}, badReply(v, "wrong number of elements")
+	}
+	var x [5]int64
+	for i, e := range arr {
+		iv, ok := e.(int64)
+		if !ok {
+			return gcra.Decision{}, badReply(v, "element is not an integer")
+		}
+		if iv < 0 {
+			return gcra.Decision{}, badReply(v, "negative element")
+		}
+		x[i] = iv
+	}
+	allowed, retry, remaining, reset := x[0], x[1], x[2], x[3]
+	if allowed > 1 {
+		return gcra.Decision{}, badReply(v, "allowed is neither 0 nor 1")
+	}
+	if allowed == 1 && retry != 0 {
+		return gcra.Decision{}, badReply(v, "allowed with a retry-after")
+	}
+	if allowed == 0 && retry == 0 {
+		return gcra.Decision{}, badReply(v, "denied without a retry-after")
+	}
+	limiting := 0
+	if n > 1 {
+		if x[4] < 1 || x[4] > int64(n) {
+			return gcra.Decision{}, badReply(v, "limiting index out of range")
+		}
+		limiting = int(x[4] - 1)
+	}
+	return gcra.Decision{
+		Result: gcra.Result{
+			Allowed:    allowed == 1,
+			Remaining:  remaining,
+			RetryAfter: time.Duration(retry) * time.Microsecond,
+			ResetAfter: time.Duration(reset) * time.Microsecond,
+		},
+		Limiting: limiting,
+	}, nil
+}
+
+func badReply(v any, reason string) error {
+	return &Error{Op: "decode", Kind: ErrBadReply, Err: &ReplyError{Reply: v, Reason: reason}}
+}

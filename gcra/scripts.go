@@ -1,0 +1,27 @@
+package gcra
+
+import (
+	_ "embed" // the Lua scripts are embedded
+)
+
+//go:embed gcra_lib.lua
+var luaLib string
+
+//go:embed gcra_one.lua
+var luaOne string
+
+//go:embed gcra_all.lua
+var luaAll string
+
+// SingleScript returns the Lua source of the single-key script. It keeps the
+// seed's calling convention: KEYS[1] is the key, ARGV is T (µs), B and cost;
+// it returns {allowed, retry_after_us, remaining, reset_after_us}. Time comes
+// from Redis TIME. DecideMicros is its exact twin.
+func SingleScript() string { return luaLib + luaOne }
+
+// CompositeScript returns the Lua source of the composite script: KEYS[1..N]
+// and N triples (T µs, B, cost) in ARGV, decided all or nothing as
+// DecideAllMicros does. It returns {allowed, retry_after_us, remaining,
+// reset_after_us, limiting}, limiting being the 1-based index of the
+// limiting key. All keys must share a Redis Cluster slot.
+func CompositeScript() string { return luaLib + luaAll }
