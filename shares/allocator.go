@@ -78,13 +78,61 @@ type Change struct {
 
 // slot is the leader's state of one tenant in one region.
 type slot struct {
-	rate      float64 // current grant's rate (epoch 0: no grant, the floor applies)
-	hold      float64 // largest rate of older grants still possibly in force while unacknowledged
-	burst     int64
-	holdBurst int64
-	epoch     uint64 // current grant's epoch; 0 means no grant
-	demand    float64
-	dcum      float64 // the region's decay log when demand was last brought up to date
+	rate   float64 // current grant's rate (epoch 0: no grant, the floor applies)
+	burst  int64
+	epoch  uint64 // current grant's epoch; 0 means no grant
+	demand float64 // offered units per second, smoothed fast up and slowly down
+	fast   float64 // offered units per second, smoothed fast both ways
+	stamp  float64 // the region's report clock when the estimates were last brought up to date
+	nheld  int
+	held   [maxHeld]held // older grants the region may still enforce, oldest first
+}
+
+// held is an older grant a region may still be enforcing: until it
+// acknowledges the epoch of the grant that replaced it.
+type held struct {
+	rate  float64
+	burst int64
+	until uint64
+}
+
+// maxHeld bounds the older grants remembered per slot; beyond it the two
+// oldest merge into one that is as large as either and lasts as long as the
+// later (which only overstates what the region may enforce).
+const maxHeld = 2
+
+// prune forgets the older grants the region has acknowledged replacing.
+func (sl *slot) prune(acked uint64) {
+	k := 0
+	for k < sl.nheld && sl.held[k].until <= acked {
+		k++
+	}
+	if k > 0 {
+		copy(sl.held[:], sl.held[k:sl.nheld])
+		sl.nheld -= k
+	}
+}
+
+// heldMax returns the largest rate and burst of the older grants.
+func (sl *slot) heldMax() (float64, int64) {
+	var r float64
+	var b int64
+	for _, h := range sl.held[:sl.nheld] {
+		r, b = max(r, h.rate), max(b, h.burst)
+	}
+	return r, b
+}
+
+// push remembers an older grant.
+func (sl *slot) push(h held) {
+	if sl.nheld == maxHeld {
+		m := held{rate: max(sl.held[0].rate, sl.held[1].rate), burst: max(sl.held[0].burst, sl.held[1].burst), until: sl.held[1].until}
+		sl.held[0] = m
+		copy(sl.held[1:], sl.held[2:sl.nheld])
+		sl.nheld--
+	}
+	sl.held[sl.nheld] = h
+	sl.nheld++
 }
 
 // tenantState is per tenant, beside its slots.
@@ -100,7 +148,7 @@ type regionState struct {
 	minEpoch    uint64    // grants older than this were revoked
 	leaseExpiry time.Time // leader clock: the region's lease surely ended by then
 	revoked     bool      // the lapse since the last report was handled
-	dcum        float64   // Σ ln(1 − AlphaDown) over reports: lazy decay of absent tenants
+	clock       float64   // Σ report intervals, in Intervals: absent tenants decay lazily
 }
 
 // Allocator is the leader's state: demand estimates, grants with epochs,
@@ -113,6 +161,8 @@ type Allocator struct {
 	tenants []tenantState
 	tIdx    map[string]int
 	slots   []slot // len(tenants)·n, tenant k's at [k·n, (k+1)·n)
+	lnUp    float64 // ln(1 − AlphaUp)
+	lnDown  float64 // ln(1 − AlphaDown)
 
 	// per-rebalance scratch, len n each
 	live                   []bool
@@ -152,11 +202,22 @@ func NewAllocator(cfg Config) (*Allocator, error) {
 	for i, r := range cfg.Regions {
 		a.regIdx[r] = i
 	}
+	a.lnUp, a.lnDown = math.Log1p(-cfg.AlphaUp), math.Log1p(-cfg.AlphaDown)
 	return a, nil
 }
 
 // Config returns a copy of the allocator's configuration.
 func (a *Allocator) Config() Config { return a.cfg.clone() }
+
+// catchUp decays sl's estimates to the region's report clock: a tenant absent
+// from reports offered nothing.
+func (a *Allocator) catchUp(sl *slot, clock float64) {
+	if d := clock - sl.stamp; d != 0 {
+		sl.demand *= math.Exp(d * a.lnDown)
+		sl.fast *= math.Exp(d * a.lnUp)
+		sl.stamp = clock
+	}
+}
 
 // tenant returns the index of name, adding it if needed.
 func (a *Allocator) tenant(name string) int {
@@ -214,18 +275,15 @@ func (a *Allocator) Report(now time.Time, r Report) (Renewal, error) {
 	reg.epoch = max(reg.epoch, r.Applied)
 
 	k := float64(r.Interval) / float64(a.cfg.Interval)
-	up := 1 - math.Pow(1-a.cfg.AlphaUp, k)
-	lnDown := k * math.Log1p(-a.cfg.AlphaDown)
-	down := -math.Expm1(lnDown)
-	before := reg.dcum
-	reg.dcum += lnDown
+	up := -math.Expm1(k * a.lnUp)
+	down := -math.Expm1(k * a.lnDown)
+	before := reg.clock
+	reg.clock += k
 	secs := r.Interval.Seconds()
 	for t, u := range r.Usage {
 		ti := a.tIdx[t]
 		sl := &a.slots[ti*a.n+i]
-		if sl.dcum != before {
-			sl.demand *= math.Exp(before - sl.dcum)
-		}
+		a.catchUp(sl, before)
 		x := max(u.Offered, u.Admitted) / secs
 		if c := a.cfg.DemandCap; c > 0 {
 			if rt := a.tenants[ti].rate; rt > 0 && x > c*rt {
@@ -237,7 +295,12 @@ func (a *Allocator) Report(now time.Time, r Report) (Renewal, error) {
 			alpha = up
 		}
 		sl.demand += alpha * (x - sl.demand)
-		sl.dcum = reg.dcum
+		if x < sl.fast && u.Admitted >= 0.99*u.Offered {
+			sl.fast = x
+		} else {
+			sl.fast += up * (x - sl.fast)
+		}
+		sl.stamp = reg.clock
 	}
 	return Renewal{Lease: a.cfg.Lease, MinEpoch: reg.minEpoch}, nil
 }
@@ -277,9 +340,12 @@ func (a *Allocator) Restore(now time.Time, persisted []Change) {
 			continue
 		}
 		sl.rate, sl.burst, sl.epoch = c.Grant.Rate, c.Grant.Burst, c.Grant.Epoch
-		sl.hold, sl.holdBurst = max(c.Ceiling.Rate, c.Grant.Rate), max(c.Ceiling.Burst, c.Grant.Burst)
-		sl.demand = c.Grant.Rate
-		sl.dcum = reg.dcum
+		sl.nheld = 0
+		if c.Ceiling.Rate > c.Grant.Rate || c.Ceiling.Burst > c.Grant.Burst {
+			sl.push(held{rate: c.Ceiling.Rate, burst: c.Ceiling.Burst, until: c.Grant.Epoch})
+		}
+		sl.demand, sl.fast = c.Grant.Rate, c.Grant.Rate
+		sl.stamp = reg.clock
 	}
 	exp := now.Add(a.cfg.Lease)
 	for i := range a.regs {
@@ -317,11 +383,8 @@ func (a *Allocator) Demand(tenant string) map[string]float64 {
 	}
 	for i, r := range a.cfg.Regions {
 		sl := a.slots[k*a.n+i]
-		d := sl.demand
-		if sl.dcum != a.regs[i].dcum {
-			d *= math.Exp(a.regs[i].dcum - sl.dcum)
-		}
-		out[r] = d
+		a.catchUp(&sl, a.regs[i].clock)
+		out[r] = sl.demand
 	}
 	return out
 }
@@ -403,25 +466,24 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change) []Change {
 	for i := range n {
 		reg := &a.regs[i]
 		sl := &s[i]
-		if sl.dcum != reg.dcum {
-			sl.demand *= math.Exp(reg.dcum - sl.dcum)
-			sl.dcum = reg.dcum
-		}
+		a.catchUp(sl, reg.clock)
 		if sl.demand < eps*R {
 			sl.demand = 0
+		}
+		if sl.fast < eps*R {
+			sl.fast = 0
 		}
 		if sl.epoch != 0 && sl.epoch < reg.minEpoch {
 			// Revoked: the region enforces its floor until it receives a
 			// newer grant. Persist the floor where the old grant (or one
 			// it may still hold) exceeds it, so that a new leader does not
 			// believe the region holds more — and learns the minimum epoch.
-			hr, hb := sl.rate, sl.burst
-			if reg.acked < sl.epoch {
-				hr, hb = max(hr, sl.hold), max(hb, sl.holdBurst)
-			}
+			sl.prune(reg.acked)
+			hr, hb := sl.heldMax()
+			hr, hb = max(hr, sl.rate), max(hb, sl.burst)
 			if hr > a.fr[i]*(1+eps) || hb > a.fb[i] {
 				reg.epoch++
-				*sl = slot{rate: a.fr[i], burst: a.fb[i], epoch: reg.epoch, demand: sl.demand, dcum: sl.dcum}
+				*sl = slot{rate: a.fr[i], burst: a.fb[i], epoch: reg.epoch, demand: sl.demand, fast: sl.fast, stamp: sl.stamp}
 				out = append(out, Change{
 					Tenant: a.tenants[k].name, Region: a.cfg.Regions[i],
 					Grant:    Grant{Rate: sl.rate, Burst: sl.burst, Epoch: sl.epoch},
@@ -429,17 +491,16 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change) []Change {
 					MinEpoch: reg.minEpoch,
 				})
 			} else {
-				*sl = slot{demand: sl.demand, dcum: sl.dcum}
+				*sl = slot{demand: sl.demand, fast: sl.fast, stamp: sl.stamp}
 			}
-		}
-		if sl.epoch != 0 && reg.acked >= sl.epoch {
-			sl.hold, sl.holdBurst = 0, 0
 		}
 		cr, cb := a.fr[i], a.fb[i]
 		curR, curB := a.fr[i], a.fb[i]
 		if sl.epoch != 0 {
+			sl.prune(reg.acked)
+			hr, hb := sl.heldMax()
 			curR, curB = sl.rate, sl.burst
-			cr, cb = max(cr, sl.rate, sl.hold), max(cb, sl.burst, sl.holdBurst)
+			cr, cb = max(cr, sl.rate, hr), max(cb, sl.burst, hb)
 		}
 		a.cr[i], a.cb[i], a.curR[i], a.curB[i] = cr, cb, curR, curB
 		sumCR += cr
@@ -495,39 +556,34 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change) []Change {
 		}
 	}
 
-	// Which slots to write. Grows beyond the deadband are wanted; shrinks
-	// beyond it too; smaller shrinks only when something must grow or the
-	// current grants exceed the budget (R shrank).
+	// Which slots to write. Grows beyond the deadband; shrinks beyond it,
+	// or any shrink when something grows beyond it or the current grants
+	// exceed the budget (R shrank); and, while at least half a deadband of
+	// capacity lies idle (after shrinks were acknowledged), any grow towards
+	// the target, so that deferred grows complete and Σ grants reaches R.
 	db := a.cfg.Deadband * R
 	tiny := eps * R
 	safety := sumCur > R*(1+eps) || sumCurB > B
-	grow := false
-	for i := range n {
-		if a.tr[i]-a.curR[i] > db {
-			grow = true
-		}
-	}
-	if !grow && !safety {
-		quiet := true
-		for i := range n {
-			if a.curR[i]-a.tr[i] > db {
-				quiet = false
-				break
-			}
-		}
-		if quiet {
-			return out
-		}
-	}
-
-	// The slots to write: grows beyond the deadband; shrinks beyond it,
-	// or any shrink when something grows or the grants exceed the budget;
-	// and burst-only shrinks then too.
 	burstSafety := sumCurB > B
+	freeR := R*(1-eps) - sumCR
+	freeB := B - sumCB
+	growAt := db
+	if freeR >= db/2 {
+		growAt = tiny
+	}
+	grow, quiet := false, !safety
+	for i := range n {
+		d := a.tr[i] - a.curR[i]
+		grow = grow || d > db
+		quiet = quiet && d <= growAt && -d <= db
+	}
+	if quiet {
+		return out
+	}
 	for i := range n {
 		d := a.tr[i] - a.curR[i]
 		switch {
-		case d > db:
+		case d > growAt:
 			a.act[i] = actGrow
 		case d < -tiny && (-d > db || grow || safety):
 			a.act[i] = actShrink
@@ -540,8 +596,6 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change) []Change {
 
 	// Capacity no region may be using, shared among the written slots in
 	// proportion to what each needs beyond its ceiling.
-	freeR := R*(1-eps) - sumCR
-	freeB := B - sumCB
 	var needR float64
 	var needB int64
 	for i := range n {
@@ -588,7 +642,7 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change) []Change {
 			// A positive rate needs a unit of burst and none is free yet.
 			continue
 		}
-		if act == actGrow && nr-a.curR[i] < db/2 && nr < a.tr[i]-tiny && nb <= a.curB[i] {
+		if act == actGrow && nr-a.curR[i] < min(db, freeR)/2 && nr < a.tr[i]-tiny && nb <= a.curB[i] {
 			continue // too little room yet: wait for acknowledgements
 		}
 		if math.Abs(nr-a.curR[i]) <= tiny && nb == a.curB[i] {
@@ -596,16 +650,13 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change) []Change {
 		}
 		reg := &a.regs[i]
 		sl := &s[i]
-		hr, hb := a.fr[i], a.fb[i]
-		if sl.epoch != 0 {
-			hr, hb = max(hr, sl.rate), max(hb, sl.burst)
-			if reg.acked < sl.epoch {
-				hr, hb = max(hr, sl.hold), max(hb, sl.holdBurst)
-			}
-		}
 		reg.epoch++
+		if sl.epoch != 0 {
+			sl.push(held{rate: sl.rate, burst: sl.burst, until: reg.epoch})
+		}
+		hr, hb := sl.heldMax()
+		hr, hb = max(hr, a.fr[i]), max(hb, a.fb[i])
 		sl.rate, sl.burst, sl.epoch = nr, nb, reg.epoch
-		sl.hold, sl.holdBurst = hr, hb
 		out = append(out, Change{
 			Tenant: a.tenants[k].name, Region: a.cfg.Regions[i],
 			Grant:    Grant{Rate: nr, Burst: nb, Epoch: reg.epoch},
@@ -621,7 +672,7 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change) []Change {
 func (a *Allocator) targetsRebalanced(s []slot, r float64) bool {
 	n := a.n
 	avail := r // for live regions, their floors included
-	var sumD, sumWant, sumFLive float64
+	var sumD, sumFast, sumWant, sumFLive float64
 	nLive := 0
 	anyGrant := false
 	for i := range n {
@@ -636,11 +687,12 @@ func (a *Allocator) targetsRebalanced(s []slot, r float64) bool {
 		nLive++
 		d := s[i].demand
 		sumD += d
+		sumFast += s[i].fast
 		a.want[i] = max(a.fr[i], (1+a.cfg.Headroom)*d)
 		sumWant += a.want[i]
 		sumFLive += a.fr[i]
 	}
-	if sumD == 0 && !anyGrant {
+	if sumD == 0 && sumFast == 0 && !anyGrant {
 		return false
 	}
 	if nLive == 0 {
@@ -648,17 +700,18 @@ func (a *Allocator) targetsRebalanced(s []slot, r float64) bool {
 	}
 	spread := avail - sumFLive // what is not floors
 	switch {
-	case sumD >= avail:
+	case sumFast >= avail:
 		// Overloaded: what one central limiter would admit, floors kept.
+		// Shares are zero-sum here, so demand is tracked as fast down as up.
 		var sumX float64
 		for i := range n {
 			if a.live[i] {
-				sumX += max(0, s[i].demand-a.fr[i])
+				sumX += max(0, s[i].fast-a.fr[i])
 			}
 		}
 		for i := range n {
 			if a.live[i] {
-				a.tr[i] = a.fr[i] + spread*max(0, s[i].demand-a.fr[i])/sumX
+				a.tr[i] = a.fr[i] + spread*max(0, s[i].fast-a.fr[i])/sumX
 			}
 		}
 	case sumWant > avail:

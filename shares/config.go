@@ -24,10 +24,12 @@ type Config struct {
 	Lease time.Duration
 	// AlphaUp is the EWMA gain per Interval when offered demand rises above
 	// the estimate: d ← d + AlphaUp·(x − d). Default 0.6: 90% of a step
-	// after 3 intervals (6 s at P = 2s).
+	// after 3 intervals (6 s at P = 2s). The overload estimate uses it both
+	// ways (see the package documentation).
 	AlphaUp float64
 	// AlphaDown is the EWMA gain per Interval when offered demand falls
-	// below the estimate. Default 0.3: 90% of a step after 7 intervals.
+	// below the headroom estimate. Default 0.3: 90% of a step after 7
+	// intervals.
 	AlphaDown float64
 	// Headroom h: when a tenant's demand is below R, each region first gets
 	// min(available, (1+h)·d_i), then the spare is spread. Default 0.15.

@@ -33,12 +33,20 @@
 //
 // Demand is offered units (admitted plus denied) per second: admitted units
 // alone are capped by the share and never show growth. A region's offered
-// rate is capped at DemandCap·R (default 2R) so that clients retrying on 429
-// cannot claim an unbounded share, then smoothed per report with an
-// asymmetric EWMA, d ← d + α(x − d), with α = AlphaUp (default 0.6 per
-// interval) when x > d and AlphaDown (default 0.3) otherwise; for a report
-// covering k intervals, α_k = 1 − (1 − α)^k. 90% of a rising step is reached
-// after 3 intervals (0.4³ = 0.064), of a falling step after 7 (0.7⁷ = 0.082).
+// rate x is capped at DemandCap·R (default 2R) so that clients retrying on
+// 429 (which inflate offered load by up to 1/(1 − p_reject)) cannot claim an
+// unbounded share. Each report then updates two EWMAs, d ← d + α(x − d),
+// with α per Interval (for a report covering k Intervals, α_k = 1 − (1 − α)^k):
+//
+//   - d, for headroom: α = AlphaUp (default 0.6) when x > d, AlphaDown
+//     (default 0.3) otherwise. 90% of a rising step after 3 intervals
+//     (0.4³ = 0.064), of a falling one after 7 (0.7⁷ = 0.082): a region's
+//     room to grow outlives a lull.
+//   - d_fast, for overload: α = AlphaUp both ways, and a region that denied
+//     under 1% of what it was offered has shown its whole demand, so a fall
+//     is taken at once. Above R shares are zero-sum: one region's slow
+//     decay would be another's slow growth.
+//
 // Tenants absent from a report offered nothing and decay as if reported at 0.
 //
 // # Allocation
@@ -46,7 +54,7 @@
 // With A = R less the floors of regions whose lease lapsed, f_i the floors
 // and d_i the demand of live regions:
 //
-//   - Σd ≥ A (overloaded): r_i = f_i + (A − Σf)·(d_i − f_i)⁺ / Σ(d_j − f_j)⁺,
+//   - Σd_fast ≥ A (overloaded): r_i = f_i + (A − Σf)·(d_fast,i − f_i)⁺ / Σ(d_fast,j − f_j)⁺,
 //     what one central limiter would admit (equal admit probability).
 //   - Σ max(f_i, (1+h)d_i) ≤ A (underloaded): each gets w_i = max(f_i, (1+h)d_i)
 //     (Headroom h, default 0.15), then the spare is spread half equally and

@@ -38,6 +38,6 @@ func ExampleAllocator() {
 	}
 	// Output:
 	// us-east  rate  691.8/s burst 139
-	// eu-west  rate  200.5/s burst  40
-	// ap-south rate  100.9/s burst  20
+	// eu-west  rate  203.0/s burst  40
+	// ap-south rate  105.2/s burst  20
 }
