@@ -80,7 +80,7 @@ type Change struct {
 type slot struct {
 	rate   float64 // current grant's rate (epoch 0: no grant, the floor applies)
 	burst  int64
-	epoch  uint64 // current grant's epoch; 0 means no grant
+	epoch  uint64  // current grant's epoch; 0 means no grant
 	demand float64 // offered units per second, smoothed fast up and slowly down
 	fast   float64 // offered units per second, smoothed fast both ways
 	stamp  float64 // the region's report clock when the estimates were last brought up to date
@@ -160,7 +160,7 @@ type Allocator struct {
 	regs    []regionState
 	tenants []tenantState
 	tIdx    map[string]int
-	slots   []slot // len(tenants)·n, tenant k's at [k·n, (k+1)·n)
+	slots   []slot  // len(tenants)·n, tenant k's at [k·n, (k+1)·n)
 	lnUp    float64 // ln(1 − AlphaUp)
 	lnDown  float64 // ln(1 − AlphaDown)
 
