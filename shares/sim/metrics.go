@@ -195,8 +195,7 @@ func (tr *tracking) good(k int, tol float64) bool {
 
 // convergence returns, per event, the time from the event to the start of
 // the first of ConvergeHold consecutive good samples before the next event
-// (or the end; fewer suffice when the period ends first), or -1 when there
-// is none.
+// (or the end of the run), or -1 when there is none.
 func (tr *tracking) convergence(events []time.Duration, rate float64) []time.Duration {
 	tol := ConvergeTolerance * rate
 	out := make([]time.Duration, len(events))
@@ -207,35 +206,22 @@ func (tr *tracking) convergence(events []time.Duration, rate float64) []time.Dur
 		}
 		out[e] = -1
 		run := 0
-		first := -1
 		for k := range tr.at {
 			if tr.at[k] < at || tr.at[k] >= end {
 				continue
 			}
 			if !tr.good(k, tol) {
-				run, first = 0, -1
+				run = 0
 				continue
 			}
-			if run == 0 {
-				first = k
-			}
 			run++
-			if run >= ConvergeHold {
+			if run == ConvergeHold {
+				out[e] = max(0, tr.at[k-ConvergeHold+1]-at)
 				break
 			}
 		}
-		if first >= 0 && (run >= ConvergeHold || run > 0 && lastIn(tr.at, first, run, end)) {
-			out[e] = max(0, tr.at[first]-at)
-		}
 	}
 	return out
-}
-
-// lastIn reports whether the good run starting at first reaches the last
-// sample before end.
-func lastIn(at []time.Duration, first, run int, end time.Duration) bool {
-	k := first + run
-	return k >= len(at) || at[k] >= end
 }
 
 // regionError is the mean over regions and steady samples of

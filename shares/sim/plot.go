@@ -88,6 +88,7 @@ func newPlot(title, ylabel string) *plot.Plot {
 	p.Y.Label.Text = ylabel
 	p.X.Min = 0
 	p.Y.Min = 0
+	p.X.Tick.Marker = timeTicks{}
 	p.Legend.Top = true
 	p.Legend.Left = false
 	p.Add(plotter.NewGrid())
@@ -169,4 +170,31 @@ func regionPlot(r *Result) (*plot.Plot, error) {
 	p.Y.Max = max(r.Rate*1.1, ymax*1.5)
 	p.X.Max = r.Duration.Seconds()
 	return p, nil
+}
+
+// timeTicks marks simulated seconds every 10, 20 or 60 s, labelled every
+// other mark at most.
+type timeTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (timeTicks) Ticks(lo, hi float64) []plot.Tick {
+	step := 10.0
+	switch {
+	case hi-lo > 400:
+		step = 60
+	case hi-lo > 150:
+		step = 20
+	}
+	var out []plot.Tick
+	for i, x := 0, 0.0; x <= hi; i, x = i+1, x+step {
+		if x < lo {
+			continue
+		}
+		t := plot.Tick{Value: x}
+		if i%2 == 0 {
+			t.Label = fmt.Sprintf("%.0f", x)
+		}
+		out = append(out, t)
+	}
+	return out
 }
