@@ -1,0 +1,235 @@
+package memstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/allot-dev/allot/gcra"
+)
+
+// Config configures a Store.
+type Config struct {
+	// Shards is the number of independently locked maps, a power of two.
+	// More shards mean less lock contention between keys. Default 64.
+	Shards int
+	// Clock returns the current time; it is read once per decision and per
+	// sweep. Default time.Now.
+	Clock func() time.Time
+	// SweepInterval is how often Run drops expired keys. Default 10s.
+	SweepInterval time.Duration
+}
+
+// DefaultConfig returns 64 shards, the wall clock and a 10 s sweep.
+func DefaultConfig() Config {
+	return Config{Shards: 64, Clock: time.Now, SweepInterval: 10 * time.Second}
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	if c.Shards < 1 || c.Shards&(c.Shards-1) != 0 {
+		return fmt.Errorf("memstore: Shards = %d, want a power of two ≥ 1", c.Shards)
+	}
+	if c.Clock == nil {
+		return errors.New("memstore: Clock is nil")
+	}
+	if c.SweepInterval <= 0 {
+		return fmt.Errorf("memstore: SweepInterval = %v, want > 0", c.SweepInterval)
+	}
+	return nil
+}
+
+type entry struct {
+	s       gcra.State
+	expires int64 // µs; the key is gone from this instant on
+}
+
+type shard struct {
+	mu sync.Mutex
+	m  map[string]entry
+	_  [48]byte // keep neighbouring shards' locks off one cache line
+}
+
+// Store is an in-memory gcra.BatchStore.
+type Store struct {
+	clock  func() time.Time
+	every  time.Duration
+	seed   maphash.Seed
+	mask   uint64
+	shards []shard
+}
+
+var _ gcra.BatchStore = (*Store)(nil)
+
+// New returns an empty Store. It copies cfg.
+func New(cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Store{
+		clock:  cfg.Clock,
+		every:  cfg.SweepInterval,
+		seed:   maphash.MakeSeed(),
+		mask:   uint64(cfg.Shards - 1),
+		shards: make([]shard, cfg.Shards),
+	}
+	for i := range s.shards {
+		s.shards[i].m = make(map[string]entry)
+	}
+	return s, nil
+}
+
+func (s *Store) shardOf(key string) int {
+	return int(maphash.String(s.seed, key) & s.mask)
+}
+
+// get returns key's live state in sh (locked by the caller), dropping it if
+// it has expired.
+func (sh *shard) get(key string, now int64) gcra.State {
+	e, ok := sh.m[key]
+	if !ok {
+		return gcra.State{}
+	}
+	if now >= e.expires {
+		delete(sh.m, key)
+		return gcra.State{}
+	}
+	return e.s
+}
+
+func (sh *shard) put(key string, st gcra.State, now int64) {
+	sh.m[key] = entry{s: st, expires: now + gcra.Expiry(st, now).Microseconds()}
+}
+
+// Decide decides reqs at the clock's instant: one request as
+// gcra.DecideMicros, several all or nothing as gcra.DecideAllMicros.
+// Invalid requests return the error of gcra.ValidateRequests; a done ctx
+// returns its error.
+func (s *Store) Decide(ctx context.Context, reqs []gcra.Request) (gcra.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return gcra.Decision{}, err
+	}
+	if err := gcra.ValidateRequests(reqs); err != nil {
+		return gcra.Decision{}, err
+	}
+	now := s.clock().UnixMicro()
+	if len(reqs) == 1 {
+		r := &reqs[0]
+		sh := &s.shards[s.shardOf(r.Key)]
+		sh.mu.Lock()
+		ns, res, write := gcra.DecideMicros(sh.get(r.Key, now), now, r.Limit, r.Cost)
+		if write {
+			sh.put(r.Key, ns, now)
+		}
+		sh.mu.Unlock()
+		return gcra.Decision{Result: res}, nil
+	}
+	return s.decideAll(reqs, now), nil
+}
+
+func (s *Store) decideAll(reqs []gcra.Request, now int64) gcra.Decision {
+	idx := make([]int, len(reqs))
+	for i := range reqs {
+		idx[i] = s.shardOf(reqs[i].Key)
+	}
+	order := append([]int(nil), idx...)
+	sort.Ints(order)
+	last := -1
+	for _, i := range order {
+		if i != last {
+			s.shards[i].mu.Lock()
+			last = i
+		}
+	}
+	items := make([]gcra.Item, len(reqs))
+	for i := range reqs {
+		items[i] = gcra.Item{State: s.shards[idx[i]].get(reqs[i].Key, now), Limit: reqs[i].Limit, Cost: reqs[i].Cost}
+	}
+	out := gcra.DecideAllMicros(items, now)
+	for i := range reqs {
+		if out.Write[i] {
+			s.shards[idx[i]].put(reqs[i].Key, out.States[i], now)
+		}
+	}
+	last = -1
+	for _, i := range order {
+		if i != last {
+			s.shards[i].mu.Unlock()
+			last = i
+		}
+	}
+	return gcra.Decision{Result: out.Result, Limiting: out.Limiting}
+}
+
+// DecideMany decides each element of batch in order, as Decide would.
+func (s *Store) DecideMany(ctx context.Context, batch [][]gcra.Request) []gcra.Answer {
+	out := make([]gcra.Answer, len(batch))
+	for i, reqs := range batch {
+		out[i].Decision, out[i].Err = s.Decide(ctx, reqs)
+	}
+	return out
+}
+
+// Peek returns key's state as a decision at the clock's instant would see
+// it, without changing anything; ok is false for a missing or expired key.
+func (s *Store) Peek(key string) (st gcra.State, ok bool) {
+	now := s.clock().UnixMicro()
+	sh := &s.shards[s.shardOf(key)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, found := sh.m[key]
+	if !found || now >= e.expires {
+		return gcra.State{}, false
+	}
+	return e.s, true
+}
+
+// Len returns the number of keys held, expired ones not yet dropped
+// included.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Sweep drops every expired key and returns how many it dropped. It locks
+// one shard at a time.
+func (s *Store) Sweep() int {
+	now := s.clock().UnixMicro()
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.m {
+			if now >= e.expires {
+				delete(sh.m, k)
+				n++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Run sweeps every Config.SweepInterval until ctx is done, then returns nil.
+func (s *Store) Run(ctx context.Context) error {
+	t := time.NewTicker(s.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			s.Sweep()
+		}
+	}
+}

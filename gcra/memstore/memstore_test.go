@@ -1,0 +1,262 @@
+package memstore
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/allot-dev/allot/gcra"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeClock is a settable clock in µs.
+type fakeClock struct{ us atomic.Int64 }
+
+func (c *fakeClock) Now() time.Time      { return time.UnixMicro(c.us.Load()) }
+func (c *fakeClock) Add(d time.Duration) { c.us.Add(d.Microseconds()) }
+func (c *fakeClock) Set(us int64)        { c.us.Store(us) }
+func newClock(us int64) *fakeClock       { c := &fakeClock{}; c.Set(us); return c }
+func newStore(t *testing.T, c *fakeClock) *Store {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Clock = c.Now
+	cfg.Shards = 4
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestConfig(t *testing.T) {
+	cases := []struct {
+		name  string
+		edit  func(*Config)
+		field string
+	}{
+		{"shards zero", func(c *Config) { c.Shards = 0 }, "Shards"},
+		{"shards not a power of two", func(c *Config) { c.Shards = 6 }, "Shards"},
+		{"no clock", func(c *Config) { c.Clock = nil }, "Clock"},
+		{"no sweep", func(c *Config) { c.SweepInterval = 0 }, "SweepInterval"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			tc.edit(&cfg)
+			before := cfg
+			_, err := New(cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("New = %v, want an error naming %s", err, tc.field)
+			}
+			if cfg.Shards != before.Shards || cfg.SweepInterval != before.SweepInterval {
+				t.Fatal("New changed the caller's config")
+			}
+		})
+	}
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatalf("DefaultConfig().Validate() = %v", err)
+	}
+}
+
+// The store gives the twin's decisions, expiry included: over random
+// sequences (limit changes, clock jumps both ways, idle gaps that outlive a
+// key), Decide equals gcra.DecideMicros applied to a twin-side map that
+// forgets a key after gcra.Expiry, as Redis does.
+func TestMatchesTwin(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	clk := newClock(1_700_000_000_000_000)
+	st := newStore(t, clk)
+	type twinKey struct {
+		s       gcra.State
+		expires int64
+	}
+	twin := map[string]twinKey{}
+	keys := []string{"a", "b", "c", "d", "e"}
+	limits := []gcra.Limit{{T: 200_000, Burst: 3}, {T: 1000, Burst: 50}, {T: 7, Burst: 1}, {T: 100_000, Burst: 10}}
+	for i := 0; i < 20_000; i++ {
+		now := clk.us.Load()
+		n := 1 + r.IntN(3)*r.IntN(2)
+		perm := r.Perm(len(keys))[:n]
+		reqs := make([]gcra.Request, n)
+		items := make([]gcra.Item, n)
+		for j, p := range perm {
+			l := limits[r.IntN(len(limits))]
+			cost := 1 + r.Int64N(l.Burst)
+			reqs[j] = gcra.Request{Key: keys[p], Limit: l, Cost: cost}
+			tk, ok := twin[keys[p]]
+			if ok && now >= tk.expires {
+				ok = false
+			}
+			if ok {
+				items[j].State = tk.s
+			}
+			items[j].Limit, items[j].Cost = l, cost
+		}
+		out := gcra.DecideAllMicros(items, now)
+		got, err := st.Decide(context.Background(), reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Result != out.Result || (n > 1 && got.Limiting != out.Limiting) {
+			t.Fatalf("step %d at %d: Decide(%+v) = %+v, twin %+v", i, now, reqs, got, out)
+		}
+		for j, p := range perm {
+			if out.Write[j] {
+				twin[keys[p]] = twinKey{out.States[j], now + gcra.Expiry(out.States[j], now).Microseconds()}
+			}
+		}
+		switch r.IntN(8) {
+		case 0:
+			clk.Add(time.Duration(r.Int64N(3_000_000)) * time.Microsecond) // long idle: keys expire
+		case 1:
+			clk.Add(-time.Duration(r.Int64N(2000)) * time.Microsecond)
+		default:
+			clk.Add(time.Duration(r.Int64N(100_000)) * time.Microsecond)
+		}
+	}
+}
+
+func TestCompositeAllOrNothing(t *testing.T) {
+	clk := newClock(1_700_000_000_000_000)
+	st := newStore(t, clk)
+	ctx := context.Background()
+	loose := gcra.Limit{T: 1000, Burst: 100}
+	tight := gcra.Limit{T: 100_000, Burst: 1}
+	if _, err := st.Decide(ctx, []gcra.Request{{Key: "t", Limit: tight, Cost: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := st.Peek("t")
+	d, err := st.Decide(ctx, []gcra.Request{{Key: "l", Limit: loose, Cost: 10}, {Key: "t", Limit: tight, Cost: 1}})
+	if err != nil || d.Allowed || d.Limiting != 1 || d.RetryAfter != 100*time.Millisecond {
+		t.Fatalf("composite = %+v, %v; want denied by key 1 with 100ms", d, err)
+	}
+	if _, ok := st.Peek("l"); ok {
+		t.Fatal("a denied composite wrote key l")
+	}
+	if after, _ := st.Peek("t"); after != before {
+		t.Fatalf("a denied composite changed key t: %+v → %+v", before, after)
+	}
+	if _, err := st.Decide(ctx, []gcra.Request{{Key: "l", Limit: loose, Cost: 1}, {Key: "l", Limit: loose, Cost: 1}}); !errors.Is(err, gcra.ErrDuplicateKey) {
+		t.Fatalf("duplicate keys = %v, want ErrDuplicateKey", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := st.Decide(cctx, []gcra.Request{{Key: "l", Limit: loose, Cost: 1}}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Decide with a canceled context = %v", err)
+	}
+}
+
+// With the clock frozen, concurrent callers on one key get exactly B units.
+func TestConcurrentFrozenClock(t *testing.T) {
+	clk := newClock(1_700_000_000_000_000)
+	st := newStore(t, clk)
+	l := gcra.Limit{T: 1000, Burst: 500}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 200; i++ {
+				d, err := st.Decide(context.Background(), []gcra.Request{{Key: "hot", Limit: l, Cost: 1}, {Key: "other", Limit: l, Cost: 1}})
+				if err == nil && d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != l.Burst {
+		t.Fatalf("admitted %d with the clock frozen, want exactly B = %d", got, l.Burst)
+	}
+}
+
+// I6: a key is gone once its TAT (rounded up to a ms, plus 1 ms) is past:
+// lazily on read, and by Sweep and Run.
+func TestExpiry(t *testing.T) {
+	clk := newClock(1_700_000_000_000_000)
+	st := newStore(t, clk)
+	l := gcra.Limit{T: 50_000, Burst: 4}
+	ctx := context.Background()
+	for _, k := range []string{"a", "b", "c"} {
+		if _, err := st.Decide(ctx, []gcra.Request{{Key: k, Limit: l, Cost: 3}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Add(150 * time.Millisecond) // TAT reached: still there, as in Redis
+	if _, ok := st.Peek("a"); !ok {
+		t.Fatal("key gone at its TAT, before its expiry")
+	}
+	if n := st.Sweep(); n != 0 {
+		t.Fatalf("Sweep at the TAT dropped %d keys", n)
+	}
+	clk.Add(1 * time.Millisecond)
+	if _, ok := st.Peek("a"); ok {
+		t.Fatal("key still there after its expiry")
+	}
+	if d, _ := st.Decide(ctx, []gcra.Request{{Key: "a", Limit: l, Cost: 1}}); d.Remaining != 3 {
+		t.Fatalf("decision on an expired key = %+v, want a fresh key (3 remaining)", d)
+	}
+	if n := st.Sweep(); n != 2 {
+		t.Fatalf("Sweep dropped %d keys, want 2 (b and c)", n)
+	}
+	if n := st.Len(); n != 1 {
+		t.Fatalf("Len = %d, want 1", n)
+	}
+
+	// Run sweeps on its own ticker until its context ends.
+	cfg := DefaultConfig()
+	cfg.Clock = clk.Now
+	cfg.SweepInterval = time.Millisecond
+	st2, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st2.Decide(ctx, []gcra.Request{{Key: "x", Limit: l, Cost: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- st2.Run(runCtx) }()
+	clk.Add(time.Second)
+	deadline := time.After(5 * time.Second)
+	for st2.Len() != 0 {
+		select {
+		case <-deadline:
+			t.Fatal("Run did not sweep the expired key within 5s")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v, want nil after cancel", err)
+	}
+}
+
+func TestDecideMany(t *testing.T) {
+	clk := newClock(1_700_000_000_000_000)
+	st := newStore(t, clk)
+	l := gcra.Limit{T: 1_000_000, Burst: 2}
+	ans := st.DecideMany(context.Background(), [][]gcra.Request{
+		{{Key: "k", Limit: l, Cost: 1}},
+		{{Key: "k", Limit: l, Cost: 1}},
+		{{Key: "k", Limit: l, Cost: 1}},
+		{{Key: "k", Limit: l, Cost: 3}},
+	})
+	for i, want := range []bool{true, true, false} {
+		if ans[i].Err != nil || ans[i].Allowed != want {
+			t.Errorf("answer %d = %+v, want allowed=%v", i, ans[i], want)
+		}
+	}
+	if !errors.Is(ans[3].Err, gcra.ErrCostExceedsBurst) {
+		t.Errorf("answer 3 = %v, want ErrCostExceedsBurst", ans[3].Err)
+	}
+}
