@@ -40,7 +40,7 @@ type commandFactory func(s *streams) *cobra.Command
 
 var factories []commandFactory
 
-func register(f commandFactory) { factories = append(factories, f) }
+func register(f ...commandFactory) { factories = append(factories, f...) }
 
 // newRoot builds the command tree.
 func newRoot(s *streams) *cobra.Command {

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/allot-dev/allot/coordinator"
+)
+
+func init() { register(newCoordinatorCmd) }
+
+type coordinatorOpts struct {
+	etcd           string
+	grpcListen     string
+	httpListen     string
+	advertiseGRPC  string
+	advertiseHTTP  string
+	id             string
+	prefix         string
+	rebalance      time.Duration
+	sessionTTL     time.Duration
+	lease          time.Duration
+	adminTokenFile string
+	insecureAdmin  bool
+	logLevel       string
+}
+
+func newCoordinatorCmd(s *streams) *cobra.Command {
+	o := coordinatorOpts{}
+	def := coordinator.DefaultConfig()
+	c := &cobra.Command{
+		Use:   "coordinator --etcd ENDPOINTS --grpc-listen ADDR --http-listen ADDR",
+		Short: "Run a coordinator: elected through etcd, it rebalances budget shares",
+		Long: `Run one coordinator replica. Replicas elect one leader through etcd; the leader
+takes the regional pods' reports, rebalances every tenant's shares every
+--rebalance-interval and writes changed grants to etcd, fenced on its
+leadership. The others wait, and answer pods with the leader's address.
+
+It serves allot.v1.Coordinator and allot.v1.Admin over gRPC, and the admin
+API, a status page (/), /metrics, /healthz and /readyz over HTTP. Writes need
+the token in --admin-token-file unless --insecure-admin.`,
+		Example: `  allot coordinator --etcd http://127.0.0.1:2379 \
+    --grpc-listen :7071 --http-listen :7070 --admin-token-file /etc/allot/token
+  ALLOT_ETCD=http://etcd-0:2379,http://etcd-1:2379 allot coordinator --insecure-admin \
+    --grpc-listen 0.0.0.0:7071 --http-listen 0.0.0.0:7070 --advertise-grpc coord-0.allot:7071`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runCoordinator(cmd.Context(), s, o) },
+	}
+	f := c.Flags()
+	f.StringVar(&o.etcd, "etcd", "", "etcd endpoints, comma-separated (required)")
+	f.StringVar(&o.grpcListen, "grpc-listen", "127.0.0.1:7071", "gRPC listen address")
+	f.StringVar(&o.httpListen, "http-listen", "127.0.0.1:7070", "HTTP listen address")
+	f.StringVar(&o.advertiseGRPC, "advertise-grpc", "", "gRPC address pods reach this replica at (default: --grpc-listen)")
+	f.StringVar(&o.advertiseHTTP, "advertise-http", "", "HTTP address operators reach this replica at (default: --http-listen)")
+	f.StringVar(&o.id, "id", "", "replica name (default: the hostname)")
+	f.StringVar(&o.prefix, "etcd-prefix", "/allot/v1/", "key prefix of allot's state in etcd")
+	f.DurationVar(&o.rebalance, "rebalance-interval", def.RebalanceInterval, "how often the leader rebalances")
+	f.DurationVar(&o.sessionTTL, "session-ttl", def.SessionTTL, "etcd session TTL: how long a crashed leader keeps leadership (whole seconds)")
+	f.DurationVar(&o.lease, "lease", def.Lease, "lease granted to pods per report; must exceed session-ttl + rebalance-interval")
+	f.StringVar(&o.adminTokenFile, "admin-token-file", "", "file holding the bearer token admin writes must carry")
+	f.BoolVar(&o.insecureAdmin, "insecure-admin", false, "accept admin writes without a token")
+	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	return c
+}
+
+func newLogger(w *streams, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("--log-level %q: want debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewJSONHandler(w.err, &slog.HandlerOptions{Level: l})), nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func newEtcdClient(endpoints string) (*clientv3.Client, error) {
+	eps := splitList(endpoints)
+	if len(eps) == 0 {
+		return nil, usagef("--etcd is required, e.g. --etcd http://127.0.0.1:2379")
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, fmt.Errorf("etcd %v: %w", eps, err)
+	}
+	return c, nil
+}
+
+// listen opens addr, naming the flag when it is taken.
+func listen(flag, addr string) (net.Listener, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--%s %s: %w (choose another address with --%s)", flag, addr, err, flag)
+	}
+	return l, nil
+}
+
+func runCoordinator(ctx context.Context, s *streams, o coordinatorOpts) error {
+	log, err := newLogger(s, o.logLevel)
+	if err != nil {
+		return err
+	}
+	auth := coordinator.Auth{Insecure: o.insecureAdmin}
+	if o.adminTokenFile != "" {
+		b, err := os.ReadFile(o.adminTokenFile)
+		if err != nil {
+			return usagef("--admin-token-file: %v", err)
+		}
+		auth.Token = strings.TrimSpace(string(b))
+	}
+	if err := auth.Validate(); err != nil {
+		return usageError{err}
+	}
+	if o.id == "" {
+		o.id, _ = os.Hostname()
+	}
+	etcd, err := newEtcdClient(o.etcd)
+	if err != nil {
+		return err
+	}
+	defer etcd.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg := coordinator.DefaultConfig()
+	cfg.ID, cfg.Etcd, cfg.Prefix = o.id, etcd, o.prefix
+	cfg.GRPCAddr, cfg.HTTPAddr = or(o.advertiseGRPC, o.grpcListen), or(o.advertiseHTTP, o.httpListen)
+	cfg.RebalanceInterval, cfg.SessionTTL, cfg.Lease = o.rebalance, o.sessionTTL, o.lease
+	cfg.Shares.Interval, cfg.Shares.Lease = o.rebalance, o.lease
+	cfg.Logger, cfg.Registerer = log, reg
+	coord, err := coordinator.New(cfg)
+	if err != nil {
+		return usageError{err}
+	}
+
+	gl, err := listen("grpc-listen", o.grpcListen)
+	if err != nil {
+		return err
+	}
+	hl, err := listen("http-listen", o.httpListen)
+	if err != nil {
+		_ = gl.Close()
+		return err
+	}
+	gs := grpc.NewServer()
+	coord.RegisterGRPC(gs, auth)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs)
+	httpSrv := &http.Server{Handler: coord.Handler(auth, reg), ReadHeaderTimeout: 10 * time.Second}
+
+	log.Info("coordinator starting", "id", o.id, "grpc", gl.Addr().String(), "http", hl.Addr().String(), "etcd", o.etcd)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return coord.Run(gctx) })
+	g.Go(func() error { return ignoreClosed(gs.Serve(gl)) })
+	g.Go(func() error { return ignoreClosed(httpSrv.Serve(hl)) })
+	g.Go(func() error {
+		<-gctx.Done()
+		// Reverse order under a deadline: stop taking requests, then the
+		// coordinator (which resigns) finishes through Run's return.
+		hs.Shutdown()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = httpSrv.Shutdown(sctx)
+		stopGRPC(gs, 5*time.Second)
+		return nil
+	})
+	err = g.Wait()
+	log.Info("coordinator stopped")
+	return err
+}
+
+func or(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func ignoreClosed(err error) error {
+	if err == nil || errors.Is(err, http.ErrServerClosed) || errors.Is(err, grpc.ErrServerStopped) || errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// stopGRPC stops gs gracefully, forcibly after d.
+func stopGRPC(gs *grpc.Server, d time.Duration) {
+	done := make(chan struct{})
+	go func() { gs.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		gs.Stop()
+		<-done
+	}
+}
