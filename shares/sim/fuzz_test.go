@@ -48,7 +48,7 @@ func FuzzBudgetSafe(f *testing.F) {
 			t.Fatal(err)
 		}
 		if r.PeakRateSum > r.Rate*(1+1e-9) || r.PeakBurstSum > r.Burst {
-			t.Errorf("%s: I4: peak Σ enforced (%.3f/s, burst %d at %v), want ≤ (%g, %d)", m, r.PeakRateSum, r.PeakBurstSum, r.PeakBurstAt, r.Rate, r.Burst)
+			t.Errorf("%s: I4: peak Σ enforced rate %.3f/s at %v, burst %d at %v; want ≤ %g/s, %d", m, r.PeakRateSum, r.PeakRateAt, r.PeakBurstSum, r.PeakBurstAt, r.Rate, r.Burst)
 		}
 		if r.OverAdmission.Units > 0 {
 			t.Errorf("%s: over-admission %+v, want 0", m, r.OverAdmission)

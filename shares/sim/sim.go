@@ -58,7 +58,9 @@ type Result struct {
 	// what they enforced at one instant (I4 wants ≤ R and ≤ B).
 	PeakRateSum  float64
 	PeakBurstSum int64
-	// PeakBurstAt is the first instant PeakBurstSum was reached.
+	// PeakRateAt and PeakBurstAt are the first instants the peaks were
+	// reached.
+	PeakRateAt  time.Duration
 	PeakBurstAt time.Duration
 	// FloorSeconds counts the region-seconds after the warm-up at whose
 	// end a region enforced its floor (no grant, or its lease lapsed).
@@ -455,7 +457,10 @@ func (w *world) checkI4(t int64, fresh bool) {
 		}
 		w.tracef(t, "I4 exceeded: Σ rate %.3f, Σ burst %d: %s", rate, burst, strings.Join(parts, "; "))
 	}
-	w.res.PeakRateSum = math.Max(w.res.PeakRateSum, rate)
+	if rate > w.res.PeakRateSum {
+		w.res.PeakRateSum = rate
+		w.res.PeakRateAt = time.Duration(t) * time.Microsecond
+	}
 	if burst > w.res.PeakBurstSum {
 		w.res.PeakBurstSum = burst
 		w.res.PeakBurstAt = time.Duration(t) * time.Microsecond
