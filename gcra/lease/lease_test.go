@@ -1,0 +1,348 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/allot-dev/allot/gcra"
+	"github.com/allot-dev/allot/gcra/lease"
+	"github.com/allot-dev/allot/gcra/memstore"
+	"github.com/allot-dev/allot/gcra/redisstore"
+	"github.com/allot-dev/allot/internal/redistest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// counting wraps a Store and sums the units it admitted: what "the script
+// counted".
+type counting struct {
+	gcra.Store
+	units atomic.Int64
+}
+
+func (c *counting) Decide(ctx context.Context, reqs []gcra.Request) (gcra.Decision, error) {
+	d, err := c.Store.Decide(ctx, reqs)
+	if err == nil && d.Allowed {
+		for _, r := range reqs {
+			c.units.Add(r.Cost)
+		}
+	}
+	return d, err
+}
+
+type fakeClock struct{ us atomic.Int64 }
+
+func (c *fakeClock) Now() time.Time      { return time.UnixMicro(c.us.Load()) }
+func (c *fakeClock) Add(d time.Duration) { c.us.Add(d.Microseconds()) }
+
+func setup(t *testing.T, size, minBurst int64) (*fakeClock, *counting, lease.Config) {
+	t.Helper()
+	clk := &fakeClock{}
+	clk.us.Store(1_700_000_000_000_000)
+	mcfg := memstore.DefaultConfig()
+	mcfg.Clock = clk.Now
+	ms, err := memstore.New(mcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := lease.DefaultConfig()
+	cfg.Size, cfg.MinBurst, cfg.Clock = size, minBurst, clk.Now
+	return clk, &counting{Store: ms}, cfg
+}
+
+func newLimiter(t *testing.T, s gcra.Store, cfg lease.Config) *lease.Limiter {
+	t.Helper()
+	l, err := lease.New(s, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func TestConfig(t *testing.T) {
+	cases := []struct {
+		name, field string
+		edit        func(*lease.Config)
+	}{
+		{"size", "Size", func(c *lease.Config) { c.Size = 0 }},
+		{"ttl", "TTL", func(c *lease.Config) { c.TTL = 0 }},
+		{"min burst", "MinBurst", func(c *lease.Config) { c.MinBurst = c.Size - 1 }},
+		{"clock", "Clock", func(c *lease.Config) { c.Clock = nil }},
+	}
+	for _, tc := range cases {
+		cfg := lease.DefaultConfig()
+		tc.edit(&cfg)
+		if _, err := lease.New(&counting{}, cfg); err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%s: New = %v, want an error naming %s", tc.name, err, tc.field)
+		}
+	}
+	if _, err := lease.New(nil, lease.DefaultConfig()); err == nil {
+		t.Error("New(nil store) succeeded")
+	}
+}
+
+// Several pods (Limiters) over one store, many goroutines each, random
+// costs, the clock moving: the pods never admit more than the store
+// counted, and what the store counted but nobody admitted is exactly the
+// stranded units plus those still held.
+func TestNeverAdmitsMoreThanStoreCounted(t *testing.T) {
+	clk, store, cfg := setup(t, 10, 40)
+	cfg.TTL = 20 * time.Millisecond
+	l := gcra.Limit{T: 1000, Burst: 100} // 1000/s
+	pods := []*lease.Limiter{newLimiter(t, store, cfg), newLimiter(t, store, cfg), newLimiter(t, store, cfg)}
+	start := clk.us.Load()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 12; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(g), 1))
+			pod := pods[g%len(pods)]
+			for i := 0; i < 3000; i++ {
+				switch r.IntN(400) {
+				case 0:
+					clk.Add(cfg.TTL + time.Millisecond) // a quiet spell: leases expire
+				case 1, 2, 3, 4, 5, 6, 7, 8, 9, 10:
+					clk.Add(time.Duration(r.Int64N(2000)) * time.Microsecond)
+				}
+				cost := 1 + r.Int64N(3)
+				key := "k" + string(rune('0'+r.IntN(2)))
+				d, err := pod.Decide(context.Background(), []gcra.Request{{Key: key, Limit: l, Cost: cost}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(cost)
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	elapsed := clk.us.Load() - start
+	counted := store.units.Load()
+	if got := admitted.Load(); got > counted {
+		t.Fatalf("pods admitted %d units, the store counted only %d", got, counted)
+	}
+	if bound := 2 * (l.Burst + elapsed/l.T + 1); counted > bound {
+		t.Fatalf("store counted %d units over two keys in %dµs, bound %d", counted, elapsed, bound)
+	}
+	var stranded, held, leased int64
+	for _, p := range pods {
+		s := p.Stats()
+		stranded += s.Stranded
+		held += s.Held
+		leased += s.LeasedUnits
+		if s.LeasedUnits != s.ServedUnits+s.Stranded+s.Held {
+			t.Errorf("stats %+v: leased ≠ served + stranded + held", s)
+		}
+	}
+	if gap := counted - admitted.Load(); gap != stranded+held {
+		t.Fatalf("store counted %d, pods admitted %d: gap %d, but stranded %d + held %d", counted, admitted.Load(), gap, stranded, held)
+	}
+	if leased == 0 || stranded == 0 {
+		t.Fatalf("leased %d, stranded %d: the test did not exercise leases and expiry", leased, stranded)
+	}
+	// Once every lease has expired, a sweep writes every held unit off.
+	clk.Add(cfg.TTL)
+	for _, p := range pods {
+		p.Sweep()
+		if s := p.Stats(); s.Held != 0 {
+			t.Errorf("after expiry and Sweep, Held = %d", s.Held)
+		}
+	}
+}
+
+// The seed's edge: with fewer units left than a lease, the Limiter asks for
+// one unit instead of failing.
+func TestSingleUnitFallbackNearTheEdge(t *testing.T) {
+	_, store, cfg := setup(t, 10, 40)
+	l := gcra.Limit{T: 1_000_000, Burst: 45} // refills 1/s: nothing refills during the test
+	p := newLimiter(t, store, cfg)
+	ctx := context.Background()
+	req := []gcra.Request{{Key: "edge", Limit: l, Cost: 1}}
+	var admitted int64
+	for i := 0; i < 60; i++ {
+		d, err := p.Decide(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	s := p.Stats()
+	if admitted != 45 {
+		t.Fatalf("admitted %d of a burst of 45, want all 45 (4 leases of 10, then 5 single units); stats %+v", admitted, s)
+	}
+	if s.Leases != 4 || s.Fallbacks != 20 || s.FallbackUnits != 5 || s.Denied != 15 {
+		t.Fatalf("stats %+v, want 4 leases, 20 fallbacks of which 5 admitted, 15 denied", s)
+	}
+}
+
+func TestStrandedReported(t *testing.T) {
+	clk, store, cfg := setup(t, 10, 40)
+	p := newLimiter(t, store, cfg)
+	l := gcra.Limit{T: 1000, Burst: 100}
+	ctx := context.Background()
+	req := []gcra.Request{{Key: "quiet", Limit: l, Cost: 1}}
+	if d, err := p.Decide(ctx, req); err != nil || !d.Allowed || d.Remaining != 9 {
+		t.Fatalf("first decision = %+v, %v; want allowed with 9 held", d, err)
+	}
+	clk.Add(cfg.TTL) // the pod goes quiet past the lease's TTL
+	if d, err := p.Decide(ctx, req); err != nil || !d.Allowed {
+		t.Fatalf("decision after the TTL = %+v, %v", d, err)
+	}
+	if s := p.Stats(); s.Stranded != 9 || s.Leases != 2 || s.Held != 9 {
+		t.Fatalf("stats %+v, want 9 stranded, 2 leases, 9 held", s)
+	}
+	clk.Add(cfg.TTL)
+	if n := p.Sweep(); n != 1 {
+		t.Fatalf("Sweep forgot %d keys, want 1", n)
+	}
+	if s := p.Stats(); s.Stranded != 18 || s.Held != 0 {
+		t.Fatalf("stats after Sweep %+v, want 18 stranded, 0 held", s)
+	}
+	if counted := store.units.Load(); counted != 20 {
+		t.Fatalf("store counted %d units, want the two leases' 20", counted)
+	}
+}
+
+func TestPassthrough(t *testing.T) {
+	_, store, cfg := setup(t, 10, 40)
+	p := newLimiter(t, store, cfg)
+	ctx := context.Background()
+	big := gcra.Limit{T: 1000, Burst: 100}
+	small := gcra.Limit{T: 1000, Burst: 20}
+	for _, reqs := range [][]gcra.Request{
+		{{Key: "a", Limit: big, Cost: 1}, {Key: "b", Limit: big, Cost: 1}}, // composite
+		{{Key: "c", Limit: small, Cost: 1}},                                // burst below MinBurst
+		{{Key: "d", Limit: big, Cost: 11}},                                 // cost above Size
+	} {
+		if d, err := p.Decide(ctx, reqs); err != nil || !d.Allowed {
+			t.Fatalf("Decide(%+v) = %+v, %v", reqs, d, err)
+		}
+	}
+	if s := p.Stats(); s.Passthrough != 3 || s.Leases != 0 {
+		t.Fatalf("stats %+v, want 3 pass-throughs and no lease", s)
+	}
+	if got := store.units.Load(); got != 14 {
+		t.Fatalf("store counted %d, want exactly the 14 units asked", got)
+	}
+	if _, err := p.Decide(ctx, []gcra.Request{{Key: "", Limit: big, Cost: 1}}); !errors.Is(err, gcra.ErrKey) {
+		t.Fatalf("empty key = %v, want gcra.ErrKey", err)
+	}
+}
+
+// blocking is a Store that holds every call until released.
+type blocking struct{ release chan struct{} }
+
+func (b *blocking) Decide(ctx context.Context, _ []gcra.Request) (gcra.Decision, error) {
+	select {
+	case <-b.release:
+		return gcra.Decision{Result: gcra.Result{Allowed: true}}, nil
+	case <-ctx.Done():
+		return gcra.Decision{}, ctx.Err()
+	}
+}
+
+// A decision waiting for another's refill of the same key gives up at its
+// deadline.
+func TestWaitHonoursContext(t *testing.T) {
+	b := &blocking{release: make(chan struct{})}
+	p := newLimiter(t, b, lease.DefaultConfig())
+	req := []gcra.Request{{Key: "k", Limit: gcra.Limit{T: 1000, Burst: 100}, Cost: 1}}
+	first := make(chan error)
+	go func() {
+		_, err := p.Decide(context.Background(), req)
+		first <- err
+	}()
+	// Wait until the first decision holds the key (it is blocked in the store).
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		_, err := p.Decide(ctx, req)
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("second decision = %v, want a deadline error while the key is being refilled", err)
+		}
+	}
+	close(b.release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// On real Redis: three pods leasing from one key, many goroutines, for
+// 1.5 s. The pods admit no more than the script counted, and that stays
+// within B + elapsed/T (+1) on Redis's clock.
+func TestLeasesOnRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	rs, err := redisstore.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &counting{Store: rs}
+	cfg := lease.DefaultConfig()
+	cfg.TTL = 50 * time.Millisecond
+	pods := []*lease.Limiter{newLimiter(t, store, cfg), newLimiter(t, store, cfg), newLimiter(t, store, cfg)}
+	l := gcra.Limit{T: 2000, Burst: 50} // 500/s
+	begin, err := c.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 12; g++ {
+		wg.Add(1)
+		go func(p *lease.Limiter) {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				d, err := p.Decide(context.Background(), []gcra.Request{{Key: "shared", Limit: l, Cost: 1}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		}(pods[g%3])
+	}
+	wg.Wait()
+	end, err := c.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	elapsed := end.Sub(begin).Microseconds()
+	counted := store.units.Load()
+	t.Logf("admitted %d, script counted %d, bound %d", admitted.Load(), counted, l.Burst+elapsed/l.T+1)
+	if admitted.Load() > counted {
+		t.Fatalf("pods admitted %d units, the script counted %d", admitted.Load(), counted)
+	}
+	if bound := l.Burst + elapsed/l.T + 1; counted > bound {
+		t.Fatalf("script counted %d units in %dµs, bound %d", counted, elapsed, bound)
+	}
+	var leases int64
+	for _, p := range pods {
+		leases += p.Stats().Leases
+	}
+	if leases == 0 {
+		t.Fatal("no lease was taken")
+	}
+}
