@@ -66,6 +66,10 @@ type Coordinator struct {
 	log   *slog.Logger
 	m     *metrics
 
+	// ticks makes the rebalance ticker; tests replace it to drive
+	// rebalances one by one.
+	ticks func(time.Duration) (<-chan time.Time, func())
+
 	mu         sync.Mutex
 	term       *term // non-nil while leading
 	leader     LeaderInfo
@@ -122,6 +126,10 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	return &Coordinator{
+		ticks: func(d time.Duration) (<-chan time.Time, func()) {
+			t := time.NewTicker(d)
+			return t.C, t.Stop
+		},
 		cfg:   cfg,
 		store: state.New(cfg.Etcd, cfg.Prefix),
 		log:   cfg.Logger.With("component", "coordinator", "id", cfg.ID),
@@ -239,8 +247,8 @@ func (c *Coordinator) lead(ctx, sctx context.Context, sess *concurrency.Session,
 			cancel()
 		}
 	}()
-	tick := time.NewTicker(c.cfg.RebalanceInterval)
-	defer tick.Stop()
+	tick, stop := c.ticks(c.cfg.RebalanceInterval)
+	defer stop()
 	for {
 		if err := c.rebalance(sctx, t); err != nil {
 			if errors.Is(err, state.ErrFenced) || sctx.Err() != nil {
@@ -255,7 +263,7 @@ func (c *Coordinator) lead(ctx, sctx context.Context, sess *concurrency.Session,
 		select {
 		case <-sctx.Done():
 			return sctx.Err()
-		case <-tick.C:
+		case <-tick:
 		}
 	}
 }

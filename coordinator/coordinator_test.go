@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"log/slog"
 	"errors"
 	"os"
 	"strings"
@@ -56,17 +57,30 @@ type node struct {
 
 func startNode(t *testing.T, srv *etcdtest.Server, id string) *node {
 	t.Helper()
+	return startNodeWith(t, srv, id, nil)
+}
+
+// startNodeWith is startNode with a hook to adjust the coordinator before it
+// runs.
+func startNodeWith(t *testing.T, srv *etcdtest.Server, id string, adjust func(*Coordinator)) *node {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.ID = id
 	cfg.Etcd = srv.Client(t)
 	cfg.GRPCAddr = id + ":9000"
-	cfg.SessionTTL = time.Second
+	cfg.SessionTTL = 2 * time.Second
 	cfg.RebalanceInterval = 100 * time.Millisecond
-	cfg.Lease = 3 * time.Second
+	cfg.Lease = 5 * time.Second
 	cfg.Shares.Interval = cfg.RebalanceInterval
+	if testing.Verbose() {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if adjust != nil {
+		adjust(c)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &node{c: c, cancel: cancel, done: make(chan error, 1)}
@@ -145,7 +159,11 @@ func testFailover(t *testing.T, crash bool) {
 	// Reports to the leader produce grants in etcd.
 	eventually(t, 10*time.Second, func() error {
 		for _, r := range []string{"us-east", "eu-west", "ap-south"} {
-			if _, err := report(t, first, r, 1<<40, 100); err != nil {
+			applied, err := appliedEpochs(ctx, admin)
+			if err != nil {
+				return err
+			}
+			if _, err := report(t, first, r, applied[r], 100); err != nil {
 				return err
 			}
 		}
