@@ -2,8 +2,8 @@ package coordinator
 
 import (
 	"context"
-	"log/slog"
 	"errors"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"

@@ -158,7 +158,7 @@ func decodeJSON(r *http.Request, v any) error {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: body: %v", errBadRequest, err)
+		return fmt.Errorf("%w: body: %w", errBadRequest, err)
 	}
 	return nil
 }
@@ -228,7 +228,7 @@ func (h *httpAPI) applyPolicy(r *http.Request) (any, error) {
 	}
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
-		return nil, fmt.Errorf("%w: body: %v", errBadRequest, err)
+		return nil, fmt.Errorf("%w: body: %w", errBadRequest, err)
 	}
 	return h.c.ApplyPolicy(r.Context(), string(body), ifv, r.URL.Query().Get("note"))
 }
