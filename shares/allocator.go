@@ -165,12 +165,14 @@ type Allocator struct {
 	lnDown  float64 // ln(1 − AlphaDown)
 
 	// per-rebalance scratch, len n each
-	live                   []bool
-	act                    []action
-	fr, want, tr, cr, curR []float64
-	fb, tb, cb, curB       []int64
-	rem                    []float64
-	newNames               []string
+	live                 []bool
+	act                  []action
+	fr, want, tr, ut, cr []float64
+	curR                 []float64
+	fb, tb, cb, curB     []int64
+	rem                  []float64
+	newNames             []string
+	lastOut              int // changes the last rebalance returned
 }
 
 // NewAllocator validates and copies cfg.
@@ -191,6 +193,7 @@ func NewAllocator(cfg Config) (*Allocator, error) {
 		fr:     make([]float64, n),
 		want:   make([]float64, n),
 		tr:     make([]float64, n),
+		ut:     make([]float64, n),
 		cr:     make([]float64, n),
 		curR:   make([]float64, n),
 		fb:     make([]int64, n),
@@ -405,23 +408,37 @@ func (a *Allocator) Rebalance(now time.Time, budgets map[string]Budget) []Change
 			reg.minEpoch = reg.epoch + 1
 		}
 	}
-	a.newNames = a.newNames[:0]
-	for name := range budgets {
-		if _, ok := a.tIdx[name]; !ok {
-			a.newNames = append(a.newNames, name)
-		}
-	}
-	a.addNew(a.newNames)
-
+	// Reserve what the last rebalance wrote: growing a large slice by
+	// appending would copy it several times.
 	var out []Change
+	if a.lastOut > 0 {
+		out = make([]Change, 0, a.lastOut+a.lastOut/4)
+	}
+	known := 0
 	for k := range a.tenants {
 		b, ok := budgets[a.tenants[k].name]
-		if !ok || b.validate(a.cfg.Regions) != nil {
+		if !ok {
 			continue
 		}
-		a.tenants[k].rate = b.Rate
-		out = a.rebalanceTenant(k, &b, out)
+		known++
+		out = a.rebalanceBudget(k, &b, out)
 	}
+	if known < len(budgets) {
+		// Tenants with a budget but no state yet: add them in sorted order.
+		a.newNames = a.newNames[:0]
+		for name := range budgets {
+			if _, ok := a.tIdx[name]; !ok {
+				a.newNames = append(a.newNames, name)
+			}
+		}
+		first := len(a.tenants)
+		a.addNew(a.newNames)
+		for k := first; k < len(a.tenants); k++ {
+			b := budgets[a.tenants[k].name]
+			out = a.rebalanceBudget(k, &b, out)
+		}
+	}
+	a.lastOut = len(out)
 	return out
 }
 
@@ -434,6 +451,15 @@ const (
 	actShrink        // lower the rate
 	actBurst         // lower the burst only
 )
+
+// rebalanceBudget rebalances tenant k under b, unless b is invalid.
+func (a *Allocator) rebalanceBudget(k int, b *Budget, out []Change) []Change {
+	if b.validate(a.cfg.Regions) != nil {
+		return out
+	}
+	a.tenants[k].rate = b.Rate
+	return a.rebalanceTenant(k, b, out)
+}
 
 // eps is the relative tolerance under which two rates are equal.
 const eps = 1e-9
@@ -540,15 +566,15 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change) []Change {
 				a.tr[i] += spare * a.want[i] / sumW
 			}
 		}
-		a.splitBursts(R, B)
 	default:
 		if !a.targetsRebalanced(s, R) {
 			return out // no demand and no grants: floors stand, nothing to write
 		}
-		a.splitBursts(R, B)
 	}
 
-	// Slew: limit each rate's move per rebalance (not for full, nor pinned).
+	// Slew: limit each rate's move per rebalance (not for full, nor
+	// pinned). Bursts are split by the targets before slew.
+	copy(a.ut, a.tr)
 	if a.cfg.Slew > 0 && (mode == ModeRebalanced || mode == ModeStatic) {
 		lim := a.cfg.Slew * R
 		for i := range n {
@@ -579,6 +605,9 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change) []Change {
 	}
 	if quiet {
 		return out
+	}
+	if mode == ModeStatic || mode == ModeRebalanced {
+		a.splitBursts(a.ut, R, B)
 	}
 	for i := range n {
 		d := a.tr[i] - a.curR[i]
@@ -747,17 +776,17 @@ func (a *Allocator) targetsRebalanced(s []slot, r float64) bool {
 	return true
 }
 
-// splitBursts fills a.tb from a.tr: each region gets its floor burst plus a
+// splitBursts fills a.tb from the rates tr: each region gets its floor burst plus a
 // share of the rest of B in proportion to its rate above its floor, rounded
 // down and topped up by largest remainder, with at least one unit for every
 // positive rate. Σ a.tb ≤ B.
-func (a *Allocator) splitBursts(rate float64, burst int64) {
+func (a *Allocator) splitBursts(tr []float64, rate float64, burst int64) {
 	n := a.n
 	var sumFB int64
 	var sumX float64
 	for i := range n {
 		sumFB += a.fb[i]
-		sumX += max(0, a.tr[i]-a.fr[i])
+		sumX += max(0, tr[i]-a.fr[i])
 	}
 	extra := burst - sumFB
 	left := extra
@@ -765,7 +794,7 @@ func (a *Allocator) splitBursts(rate float64, burst int64) {
 		a.tb[i] = a.fb[i]
 		a.rem[i] = -1
 		if sumX > 0 && extra > 0 {
-			x := float64(extra) * max(0, a.tr[i]-a.fr[i]) / sumX
+			x := float64(extra) * max(0, tr[i]-a.fr[i]) / sumX
 			w := int64(x)
 			a.tb[i] += w
 			left -= w
@@ -774,7 +803,7 @@ func (a *Allocator) splitBursts(rate float64, burst int64) {
 	}
 	// At least one unit for every positive rate.
 	for i := range n {
-		if a.tr[i] > eps*rate && a.tb[i] < 1 {
+		if tr[i] > eps*rate && a.tb[i] < 1 {
 			a.tb[i] = 1
 			left--
 		}
