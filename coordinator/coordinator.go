@@ -42,11 +42,7 @@ func (e *NotLeaderError) Error() string {
 }
 
 // LeaderInfo is what a leader publishes in the election.
-type LeaderInfo struct {
-	ID   string `json:"id"`
-	GRPC string `json:"grpc,omitempty"`
-	HTTP string `json:"http,omitempty"`
-}
+type LeaderInfo = state.Leader
 
 // PodReport is one regional pod's report.
 type PodReport struct {
@@ -182,7 +178,7 @@ func (c *Coordinator) campaign(ctx context.Context) error {
 		return fmt.Errorf("etcd session: %w", err)
 	}
 	defer func() { _ = sess.Close() }()
-	el := concurrency.NewElection(sess, c.store.Prefix()+"election")
+	el := concurrency.NewElection(sess, c.store.ElectionPrefix())
 
 	// Campaign and observe only while the session lives.
 	sctx, cancel := context.WithCancel(ctx)

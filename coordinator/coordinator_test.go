@@ -245,3 +245,23 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// Pods find the leader through the election.
+func TestLeaderLookup(t *testing.T) {
+	srv := etcdtest.Start(t)
+	st := state.New(srv.Client(t), "")
+	if _, err := st.Leader(context.Background()); !errors.Is(err, state.ErrNotFound) {
+		t.Fatalf("Leader() with no coordinator = %v, want ErrNotFound", err)
+	}
+	n := startNode(t, srv, "x")
+	eventually(t, 10*time.Second, func() error {
+		l, err := st.Leader(context.Background())
+		if err != nil {
+			return err
+		}
+		if l.ID != "x" || l.GRPC != "x:9000" || !n.c.IsLeader() {
+			return errors.New("leader record does not name x")
+		}
+		return nil
+	})
+}

@@ -150,3 +150,24 @@ func (s *Store) DeleteBudget(ctx context.Context, tenant string) error {
 	}
 	return nil
 }
+
+// BudgetsPrefix is the key prefix of every budget record, to watch.
+func (s *Store) BudgetsPrefix() string { return s.prefix + "budgets/" }
+
+// DecodeBudget decodes one budget record.
+func DecodeBudget(value []byte) (BudgetRecord, error) {
+	var rec BudgetRecord
+	if err := json.Unmarshal(value, &rec); err != nil {
+		return BudgetRecord{}, fmt.Errorf("decode budget: %w", err)
+	}
+	return rec, nil
+}
+
+// BudgetTenant returns the tenant a budget key names.
+func (s *Store) BudgetTenant(key []byte) (string, error) {
+	esc, ok := strings.CutPrefix(string(key), s.BudgetsPrefix())
+	if !ok {
+		return "", fmt.Errorf("budget key %q: not under %s", key, s.BudgetsPrefix())
+	}
+	return url.PathUnescape(esc)
+}

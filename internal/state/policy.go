@@ -199,3 +199,19 @@ func (s *Store) RollbackPolicy(ctx context.Context, to, ifVersion int64) (Policy
 	}
 	return s.writePolicy(ctx, old.Document, ifVersion, fmt.Sprintf("rollback to %d", to), to)
 }
+
+// PolicyKey is the key of the current policy record, to watch.
+func (s *Store) PolicyKey() string { return s.policyCurrent() }
+
+// DecodePolicy decodes a current-policy record and parses its document.
+func DecodePolicy(value []byte) (PolicyVersion, *policy.Document, error) {
+	var pv PolicyVersion
+	if err := json.Unmarshal(value, &pv); err != nil {
+		return PolicyVersion{}, nil, fmt.Errorf("decode policy record: %w", err)
+	}
+	doc, err := policy.Parse([]byte(pv.Document))
+	if err != nil {
+		return pv, nil, fmt.Errorf("stored policy version %d no longer parses: %w", pv.Version, err)
+	}
+	return pv, doc, nil
+}
