@@ -65,7 +65,9 @@
 // most Slew·R per rebalance (default 0.5R), and only changes beyond
 // Deadband·R (default 2%) are written, so noise writes nothing; smaller
 // shrinks are written only to make room for a grow, or when the grants
-// exceed R (the budget shrank).
+// exceed R (the budget shrank); smaller grows only while at least half a
+// deadband of R lies idle (a deferred grow completing after the shrinks it
+// waited for were acknowledged). Only changed grants are returned.
 //
 // # Bursts
 //
@@ -96,11 +98,38 @@
 // persists floor grants where the revoked ones exceeded the floor (so a new
 // leader knows). Only then is its capacity granted elsewhere.
 //
-// Failover: each Change carries its Ceiling and the region's MinEpoch.
-// [Allocator.Restore] treats every region as possibly enforcing the persisted
-// ceiling until it acknowledges the persisted epoch, and as leased for a
-// full Lease: a new leader never re-grants capacity its predecessor's
-// unacknowledged grants may hold.
+// The leader keeps up to two older grants per tenant and region with the
+// epoch whose acknowledgement retires each; beyond that the oldest merge,
+// which only overstates the ceiling. Full mode skips all of this: it is the
+// unsafe comparison.
+//
+// Failover: each Change carries its Ceiling (the largest of the grant and
+// every older grant still possibly in force when it was written) and the
+// region's MinEpoch. [Allocator.Restore] is the rule a new leader resumes
+// by: every region may be enforcing the persisted Ceiling of each tenant
+// until it reports Applied ≥ the persisted epoch; every region is leased
+// until now + Lease (the old leader answered before now); minimum epochs
+// resume at the largest persisted per region (so a region revoked by the old
+// leader cannot resume a stale grant), epochs continue above the largest
+// persisted, and demand estimates start at the persisted rates so the first
+// rebalances keep the old split. A new leader therefore never re-grants
+// capacity its predecessor's unacknowledged grants may hold, and a leader
+// change with regions still leased changes nothing they enforce.
+//
+// # Using it
+//
+// Persist the Changes a Rebalance returns (with Ceiling and MinEpoch) in the
+// order returned, before answering reports with a MinEpoch they carry
+// ([Allocator.MinEpoch]), and deliver each region its grants in epoch order
+// (an etcd watch does). A region with several pods reports the smallest
+// epoch any of them applied. Call Rebalance soon after reports arrive: a
+// grow waits for the acknowledgement of the shrink that makes room for it,
+// so the latency of a shift is about report, rebalance and delivery, twice.
+// A grant or floor of rate 0 admits nothing; a regional limiter should
+// treat such a key as spent, not as resting. Floors are computed from the
+// budget each side knows: while a tenant's budget changes, the bound is the
+// larger of the old and the new (R, B) until the regions know the new budget
+// and have acknowledged the shrinks it causes.
 //
 // # Changing a live GCRA key
 //
