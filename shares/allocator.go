@@ -308,6 +308,12 @@ func (a *Allocator) Report(now time.Time, r Report) (Renewal, error) {
 	return Renewal{Lease: a.cfg.Lease, MinEpoch: reg.minEpoch}, nil
 }
 
+// restoreEpochGap is how far Restore moves each region's epochs past the
+// largest persisted: beyond any epoch the old leader may have issued without
+// persisting it (a batch it failed to write), so that a MinEpoch it already
+// announced can never hide the new leader's grants.
+const restoreEpochGap = 1 << 32
+
 // Restore makes a new leader resume from the persisted grants: the newest
 // persisted Change per (tenant, region), in any order. Call it on a new
 // Allocator, before anything else.
@@ -316,8 +322,9 @@ func (a *Allocator) Report(now time.Time, r Report) (Renewal, error) {
 // the Ceiling persisted with its newest grant until it reports Applied ≥
 // that grant's epoch, and as holding a valid lease until now + Lease (the
 // old leader's renewals were all answered before now). Minimum epochs
-// resume at the largest persisted per region, and epochs continue above the
-// largest persisted. Demand estimates start at the persisted grant rates, so
+// resume at the largest persisted per region, and epochs continue 2³² above
+// the largest persisted (above any the old leader may have issued but not
+// persisted). Demand estimates start at the persisted grant rates, so
 // the first rebalances reproduce the old grants rather than collapse them.
 // Changes for unknown regions are ignored.
 func (a *Allocator) Restore(now time.Time, persisted []Change) {
@@ -356,6 +363,7 @@ func (a *Allocator) Restore(now time.Time, persisted []Change) {
 			a.regs[i].leaseExpiry = exp
 		}
 		a.regs[i].revoked = false
+		a.regs[i].epoch += restoreEpochGap
 	}
 }
 
@@ -655,14 +663,24 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change) []Change {
 		var nb int64
 		switch act {
 		case actGrow:
+			if freeR < -tiny && mode != ModeFull {
+				// The ceilings overstate the budget (a new leader's
+				// persisted ceilings, or R shrank): a region may not
+				// really be enforcing its ceiling, so even a grow within
+				// it could add real load. Grow nothing until they fit.
+				continue
+			}
 			nr = min(a.tr[i], a.cr[i]+max(0, a.tr[i]-a.cr[i])*scaleR)
 			nr = max(nr, a.curR[i])
 		case actShrink:
 			nr = a.tr[i]
 		}
-		if a.tb[i] <= a.cb[i] {
+		switch {
+		case freeB < 0 && mode != ModeFull:
+			nb = min(a.tb[i], a.curB[i]) // likewise for bursts
+		case a.tb[i] <= a.cb[i]:
 			nb = a.tb[i]
-		} else {
+		default:
 			nb = a.cb[i] + int64(float64(a.tb[i]-a.cb[i])*scaleB)
 		}
 		if nr <= tiny {

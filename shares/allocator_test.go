@@ -627,3 +627,49 @@ func TestFloor(t *testing.T) {
 		}
 	}
 }
+
+// Persisted ceilings may overstate what regions enforce (they were true when
+// written). While the ceilings a new leader restored sum above R, nothing may
+// grow, not even within its own ceiling: the region may not really be
+// enforcing it, and the others may be.
+func TestRestoreOverstatedCeilings(t *testing.T) {
+	cfg := shares.DefaultConfig("a", "b")
+	b := shares.Budget{Rate: 100, Burst: 20}
+	a, err := shares.NewAllocator(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a holds 40 but may still enforce an older 70; b holds 55: Σ
+	// ceilings 125 > R, while the old leader knew a had applied epoch 2.
+	a.Restore(t0, []shares.Change{
+		{Tenant: "t", Region: "a", Grant: shares.Grant{Rate: 40, Burst: 8, Epoch: 2}, Ceiling: shares.Ceiling{Rate: 70, Burst: 14}},
+		{Tenant: "t", Region: "b", Grant: shares.Grant{Rate: 55, Burst: 11, Epoch: 3}, Ceiling: shares.Ceiling{Rate: 55, Burst: 11}},
+	})
+	report := func(now time.Time, region string, perSec float64, applied uint64) {
+		u := perSec * cfg.Interval.Seconds()
+		if _, err := a.Report(now, shares.Report{Region: region, Interval: cfg.Interval, Applied: applied,
+			Usage: map[string]shares.Usage{"t": {Offered: u, Admitted: u}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	budgets := map[string]shares.Budget{"t": b}
+	now := t0
+	for step := range 3 {
+		now = now.Add(cfg.Interval)
+		report(now, "a", 200, 0) // a wants far more, acknowledges nothing yet
+		report(now, "b", 55, 3)
+		for _, c := range a.Rebalance(now, budgets) {
+			if c.Region == "a" && c.Grant.Rate > 40 {
+				t.Fatalf("step %d: a grew to %+v within its ceiling while ceilings sum above R", step, c.Grant)
+			}
+		}
+	}
+	// a acknowledges epoch 2: ceilings 40 + (b's) fit; a may grow.
+	now = now.Add(cfg.Interval)
+	report(now, "a", 200, 2)
+	report(now, "b", 55, 3)
+	a.Rebalance(now, budgets)
+	if g := a.Grants("t")["a"]; g.Rate <= 40 {
+		t.Fatalf("after the acknowledgement a is at %+v, want a grow", g)
+	}
+}

@@ -84,8 +84,10 @@
 // (and burst) the region may still be enforcing: its newest grant, any older
 // grant it has not acknowledged replacing (grants are applied in epoch order,
 // and a report carries the highest epoch applied), and its floor. A grow is
-// written only into capacity outside every ceiling: Σ ceilings ≤ R and
-// ≤ B at every instant. So shrinks are written first, and the matching grows
+// written only into capacity outside every ceiling, so Σ ceilings stays
+// ≤ R (and ≤ B). Ceilings may overstate (a new leader's persisted ones, or
+// after R shrank); while they sum above R nothing grows, not even within its
+// own ceiling, since the region may not really be enforcing it. So shrinks are written first, and the matching grows
 // follow once the shrunk regions acknowledge the new epoch, or their lease
 // surely expired.
 //
@@ -110,8 +112,9 @@
 // until it reports Applied ≥ the persisted epoch; every region is leased
 // until now + Lease (the old leader answered before now); minimum epochs
 // resume at the largest persisted per region (so a region revoked by the old
-// leader cannot resume a stale grant), epochs continue above the largest
-// persisted, and demand estimates start at the persisted rates so the first
+// leader cannot resume a stale grant), epochs continue 2³² above the
+// largest persisted (above any the old leader issued but failed to persist,
+// whose MinEpoch a region may already have heard), and demand estimates start at the persisted rates so the first
 // rebalances keep the old split. A new leader therefore never re-grants
 // capacity its predecessor's unacknowledged grants may hold, and a leader
 // change with regions still leased changes nothing they enforce.
