@@ -41,6 +41,15 @@
 // intermediate value below 2^53: T ≥ 1 µs (rates above 1,000,000 units per
 // second per key are rejected: count in larger units), and B·T ≤ [MaxWindow].
 //
+// # Lua scripts and stores
+//
+// SingleScript and CompositeScript return the embedded Lua that runs this
+// math in Redis, reading Redis TIME; DecideMicros and DecideAllMicros are
+// their exact twins (invariant I1, tested against a real redis-server). A
+// key holds the string "tat:T:B" and expires with PX = Expiry. Store is the
+// interface both stores implement (gcra/redisstore on Redis, gcra/memstore
+// in memory); gcra/lease serves decisions from leased units over any Store.
+//
 // # Clocks
 //
 // This package is pure: time is passed in. The Redis store takes time from

@@ -15,14 +15,13 @@
 // Composite decisions, keys whose burst is below Config.MinBurst and costs
 // above the lease size are not leased: they go to the store unchanged.
 //
-// Accounting: LeasedUnits = LeaseUnitsServed + Stranded + Held at every
-// quiescent moment.
+// Accounting: every leased unit is served, stranded or held.
 //
 // # Concurrency
 //
-// A Limiter is safe for concurrent use. Decisions on one key are serialised
-// while that key's lease is refilled (waiting honours the context); other
-// keys are not affected. It starts no goroutine; Run is a loop its owner
+// A Limiter is safe for concurrent use. Decisions served from a lease take
+// only the key's mutex. One decision per key refills at a time; the others
+// wait for it (waiting honours the context); other keys are not affected. It starts no goroutine; Run is a loop its owner
 // runs and stops through the context.
 //
 // # Clock

@@ -50,8 +50,8 @@ func (c Config) Validate() error {
 
 // Stats counts what a Limiter did since it was built.
 type Stats struct {
-	// Served is decisions answered from a local lease, and ServedUnits
-	// their units.
+	// Served is decisions answered from leased units, and ServedUnits
+	// their units (LeasedUnits − Stranded − Held).
 	Served, ServedUnits int64
 	// Leases is leases taken from the store, LeasedUnits their units.
 	Leases, LeasedUnits int64
@@ -70,7 +70,9 @@ type Stats struct {
 }
 
 type entry struct {
-	sem     chan struct{} // one holder: serialises refills, honours ctx
+	refill chan struct{} // one refiller at a time; waiting honours ctx
+
+	mu      sync.Mutex // guards the fields below
 	tokens  int64
 	expires time.Time
 	dead    bool // removed by Sweep; look the key up again
@@ -78,15 +80,13 @@ type entry struct {
 
 // Limiter is a gcra.Store that leases units from another Store.
 type Limiter struct {
-	store gcra.Store
-	cfg   Config
+	store   gcra.Store
+	cfg     Config
+	entries sync.Map // key → *entry
 
-	mu      sync.Mutex
-	entries map[string]*entry
-
-	served, servedUnits, leases, leasedUnits atomic.Int64
-	fallbacks, fallbackUnits, passthrough    atomic.Int64
-	denied, stranded, held                   atomic.Int64
+	served, leases, leasedUnits           atomic.Int64
+	fallbacks, fallbackUnits, passthrough atomic.Int64
+	denied, stranded                      atomic.Int64
 }
 
 var _ gcra.Store = (*Limiter)(nil)
@@ -99,31 +99,32 @@ func New(store gcra.Store, cfg Config) (*Limiter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Limiter{store: store, cfg: cfg, entries: make(map[string]*entry)}, nil
+	return &Limiter{store: store, cfg: cfg}, nil
 }
 
 func (l *Limiter) entry(key string) *entry {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	e, ok := l.entries[key]
-	if !ok {
-		e = &entry{sem: make(chan struct{}, 1)}
-		l.entries[key] = e
+	if e, ok := l.entries.Load(key); ok {
+		return e.(*entry)
 	}
-	return e
+	e, _ := l.entries.LoadOrStore(key, &entry{refill: make(chan struct{}, 1)})
+	return e.(*entry)
 }
 
-// lock takes e's semaphore, or fails with ctx.
-func (e *entry) lock(ctx context.Context) error {
-	select {
-	case e.sem <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+// take serves cost units from e's lease if it holds them unexpired at now,
+// writing off expired units first, and reports whether it served. e.mu must
+// be held.
+func (l *Limiter) take(e *entry, now time.Time, cost int64) bool {
+	if e.tokens > 0 && !now.Before(e.expires) {
+		l.stranded.Add(e.tokens)
+		e.tokens = 0
 	}
+	if e.tokens < cost {
+		return false
+	}
+	e.tokens -= cost
+	l.served.Add(1)
+	return true
 }
-
-func (e *entry) unlock() { <-e.sem }
 
 // Decide answers a single request from the key's lease when it can, takes a
 // new lease of Size units when the lease is spent or expired, and falls back
@@ -146,93 +147,113 @@ func (l *Limiter) Decide(ctx context.Context, reqs []gcra.Request) (gcra.Decisio
 	req := reqs[0]
 	for {
 		e := l.entry(req.Key)
-		if err := e.lock(ctx); err != nil {
-			return gcra.Decision{}, err
-		}
+		// Fast path: units in hand.
+		e.mu.Lock()
 		if e.dead {
-			e.unlock()
+			e.mu.Unlock()
 			continue
 		}
-		d, err := l.decideLocked(ctx, e, req)
-		e.unlock()
+		if l.take(e, l.cfg.Clock(), req.Cost) {
+			rem := e.tokens
+			e.mu.Unlock()
+			return gcra.Decision{Result: gcra.Result{Allowed: true, Remaining: rem}}, nil
+		}
+		e.mu.Unlock()
+
+		// Slow path: one refiller per key; the others wait for it.
+		select {
+		case e.refill <- struct{}{}:
+		case <-ctx.Done():
+			return gcra.Decision{}, ctx.Err()
+		}
+		d, retry, err := l.refill(ctx, e, req)
+		<-e.refill
+		if retry {
+			continue
+		}
 		return d, err
 	}
 }
 
-func (l *Limiter) decideLocked(ctx context.Context, e *entry, req gcra.Request) (gcra.Decision, error) {
-	now := l.cfg.Clock()
-	if e.tokens > 0 && !now.Before(e.expires) {
-		l.strand(e)
+// refill runs with e.refill held: it serves from a lease another refiller
+// just took, or takes a new lease, or falls back to a request of the
+// decision's own cost. retry is true when e died meanwhile.
+func (l *Limiter) refill(ctx context.Context, e *entry, req gcra.Request) (d gcra.Decision, retry bool, err error) {
+	e.mu.Lock()
+	if e.dead {
+		e.mu.Unlock()
+		return gcra.Decision{}, true, nil
 	}
-	if e.tokens >= req.Cost {
-		e.tokens -= req.Cost
-		l.held.Add(-req.Cost)
-		l.served.Add(1)
-		l.servedUnits.Add(req.Cost)
-		return gcra.Decision{Result: gcra.Result{Allowed: true, Remaining: e.tokens}}, nil
+	if l.take(e, l.cfg.Clock(), req.Cost) {
+		rem := e.tokens
+		e.mu.Unlock()
+		return gcra.Decision{Result: gcra.Result{Allowed: true, Remaining: rem}}, false, nil
 	}
+	e.mu.Unlock()
+
 	lease := req
 	lease.Cost = l.cfg.Size
-	d, err := l.store.Decide(ctx, []gcra.Request{lease})
+	d, err = l.store.Decide(ctx, []gcra.Request{lease})
 	if err != nil {
-		return gcra.Decision{}, err
+		return gcra.Decision{}, false, err
 	}
 	if d.Allowed {
+		now := l.cfg.Clock()
 		l.leases.Add(1)
 		l.leasedUnits.Add(l.cfg.Size)
 		l.served.Add(1)
-		l.servedUnits.Add(req.Cost)
-		l.held.Add(l.cfg.Size - req.Cost)
+		e.mu.Lock()
+		if e.tokens > 0 && !now.Before(e.expires) {
+			l.stranded.Add(e.tokens)
+			e.tokens = 0
+		}
 		e.tokens += l.cfg.Size - req.Cost
 		e.expires = now.Add(l.cfg.TTL)
 		d.Remaining = e.tokens
-		return d, nil
+		e.mu.Unlock()
+		return d, false, nil
 	}
 	// A full lease is not available: ask for just this decision's units.
 	l.fallbacks.Add(1)
 	d, err = l.store.Decide(ctx, []gcra.Request{req})
 	if err != nil {
-		return gcra.Decision{}, err
+		return gcra.Decision{}, false, err
 	}
 	if d.Allowed {
 		l.fallbackUnits.Add(req.Cost)
 	} else {
 		l.denied.Add(1)
 	}
-	return d, nil
-}
-
-// strand writes off e's unused units (e locked).
-func (l *Limiter) strand(e *entry) {
-	l.stranded.Add(e.tokens)
-	l.held.Add(-e.tokens)
-	e.tokens = 0
+	return d, false, nil
 }
 
 // Sweep writes off the units of expired leases as stranded and forgets keys
-// that hold nothing. It returns the number of keys forgotten. Keys busy with
-// a decision are left for the next sweep.
+// that hold nothing. It returns the number of keys forgotten. Keys being
+// refilled are left for the next sweep.
 func (l *Limiter) Sweep() int {
 	now := l.cfg.Clock()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	n := 0
-	for k, e := range l.entries {
+	l.entries.Range(func(k, v any) bool {
+		e := v.(*entry)
 		select {
-		case e.sem <- struct{}{}:
+		case e.refill <- struct{}{}:
 		default:
-			continue // busy
+			return true // busy
 		}
+		e.mu.Lock()
 		if e.tokens > 0 && !now.Before(e.expires) {
-			l.strand(e)
+			l.stranded.Add(e.tokens)
+			e.tokens = 0
 		}
 		if e.tokens == 0 {
 			e.dead = true
-			delete(l.entries, k)
+			l.entries.Delete(k)
 			n++
 		}
-		e.unlock()
-	}
+		e.mu.Unlock()
+		<-e.refill
+		return true
+	})
 	return n
 }
 
@@ -251,11 +272,19 @@ func (l *Limiter) Run(ctx context.Context) error {
 }
 
 // Stats returns the counters. Units of leases that expired but were not yet
-// swept or touched are still in Held.
+// swept or touched are still in Held. Under concurrent decisions the fields
+// are read one by one, not as one snapshot.
 func (l *Limiter) Stats() Stats {
-	return Stats{
+	var held int64
+	l.entries.Range(func(_, v any) bool {
+		e := v.(*entry)
+		e.mu.Lock()
+		held += e.tokens
+		e.mu.Unlock()
+		return true
+	})
+	s := Stats{
 		Served:        l.served.Load(),
-		ServedUnits:   l.servedUnits.Load(),
 		Leases:        l.leases.Load(),
 		LeasedUnits:   l.leasedUnits.Load(),
 		Fallbacks:     l.fallbacks.Load(),
@@ -263,6 +292,8 @@ func (l *Limiter) Stats() Stats {
 		Passthrough:   l.passthrough.Load(),
 		Denied:        l.denied.Load(),
 		Stranded:      l.stranded.Load(),
-		Held:          l.held.Load(),
+		Held:          held,
 	}
+	s.ServedUnits = s.LeasedUnits - s.Stranded - s.Held
+	return s
 }
