@@ -1,0 +1,76 @@
+package regional
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/allot-dev/allot/shares"
+)
+
+// counters counts offered and admitted units per tenant between reports.
+// The decide path only loads a pointer and adds to atomics: no lock, no
+// allocation for a tenant already tracked.
+//
+// Memory rule: at most max tenants are tracked at once; a tenant seen when
+// the table is full is not counted (dropped counts such units) until idle
+// tenants make room. A tenant whose counts stay zero for idleReports
+// consecutive reports is removed.
+type counters struct {
+	m       sync.Map // tenant → *usageCell
+	n       atomic.Int64
+	max     int64
+	dropped atomic.Int64
+}
+
+// idleReports is how many empty reports a tenant survives.
+const idleReports = 3
+
+type usageCell struct {
+	offered, admitted atomic.Int64
+	idle              int // reports with no traffic; touched by drain only
+}
+
+func newCounters(max int) *counters { return &counters{max: int64(max)} }
+
+// add counts one decision of cost units.
+func (c *counters) add(tenant string, cost int64, admitted bool) {
+	v, ok := c.m.Load(tenant)
+	if !ok {
+		if c.n.Load() >= c.max {
+			c.dropped.Add(cost)
+			return
+		}
+		var loaded bool
+		v, loaded = c.m.LoadOrStore(tenant, &usageCell{})
+		if !loaded {
+			c.n.Add(1)
+		}
+	}
+	u := v.(*usageCell)
+	u.offered.Add(cost)
+	if admitted {
+		u.admitted.Add(cost)
+	}
+}
+
+// drain returns every tenant's counts since the last drain and resets them.
+// Only one goroutine (the reporter) drains.
+func (c *counters) drain() map[string]shares.Usage {
+	out := make(map[string]shares.Usage)
+	c.m.Range(func(k, v any) bool {
+		u := v.(*usageCell)
+		off, adm := u.offered.Swap(0), u.admitted.Swap(0)
+		if off == 0 && adm == 0 {
+			u.idle++
+			if u.idle >= idleReports {
+				c.m.Delete(k)
+				c.n.Add(-1)
+			}
+			return true
+		}
+		u.idle = 0
+		out[k.(string)] = shares.Usage{Offered: float64(off), Admitted: float64(adm)}
+		return true
+	})
+	return out
+}

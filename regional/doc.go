@@ -1,0 +1,36 @@
+// Package regional is the limiter service of one region: `allot regional`,
+// several pods per region, answering decide(descriptors, cost) from the
+// region's Redis with the region's grants.
+//
+// The decide path: descriptors → the policy's matching limits → one key per
+// limit (package gcra/keys, hash tag on the tenant) → an effective (T, B):
+// a budget limit enforces the region's grant (its floor without a grant or
+// with a lapsed lease), a regional limit its full rate. Enforced limits are
+// decided all or nothing in one store round trip; shadow limits ride in the
+// same round trip (a pipeline) but only count would-denials; limits with a
+// lease size are served from local leases after the others.
+//
+// Failures (I9): every store call has a timeout (Config.StoreTimeout, a few
+// ms) and goes through a circuit breaker. When the store fails, each limit
+// does as its on_failure says: open limits are decided together on a local
+// in-memory GCRA at their fallback rate (the policy's, or the limit's rate
+// divided by the region's live pods), closed limits deny with a retry-after.
+// Every such decision is counted in allot_fallback_decisions_total and
+// logged at a bounded rate.
+//
+// State: policy, budgets and the region's grants are mirrored from etcd
+// (resynced after compaction or a lost watch). The lease of the grants is
+// renewed by the leader's answer to each report and counted on this pod's
+// monotonic clock from when the report was sent, minus Config.Drift.
+//
+// Reporting: offered and admitted units per tenant are counted with atomics
+// (no lock on the hot path) and sent to the leader every ReportInterval; a
+// report that fails is dropped. At most Config.MaxTenants tenants are
+// counted at once; tenants idle for three reports are forgotten.
+//
+// Clocks: GCRA time is the store's (Redis TIME); Config.Now (the pod's
+// clock) only times leases and reports.
+//
+// Concurrency: Decide and the handlers are safe for concurrent use; Run owns
+// every goroutine the service starts and waits for them.
+package regional

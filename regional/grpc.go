@@ -1,0 +1,192 @@
+package regional
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	allotv1 "github.com/allot-dev/allot/proto/allot/v1"
+)
+
+// maxBatch bounds DecideBatch and the descriptors of one RLS request.
+const maxBatch = 256
+
+// RegisterGRPC registers allot.v1.Limiter and Envoy's
+// envoy.service.ratelimit.v3.RateLimitService on s: one implementation
+// (Decide) behind both.
+func (s *Service) RegisterGRPC(g grpc.ServiceRegistrar) {
+	allotv1.RegisterLimiterServer(g, limiterAPI{s: s})
+	rlsv3.RegisterRateLimitServiceServer(g, rlsAPI{s: s})
+}
+
+// GRPCError maps a Decide error to a gRPC status: the one place this mapping
+// lives for the regional gRPC APIs.
+func GRPCError(err error) error {
+	code := codes.Internal
+	switch {
+	case errors.Is(err, ErrBadRequest):
+		code = codes.InvalidArgument
+	case errors.Is(err, ErrNotReady):
+		code = codes.Unavailable
+	case errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	}
+	return status.Error(code, err.Error())
+}
+
+type limiterAPI struct {
+	allotv1.UnimplementedLimiterServer
+	s *Service
+}
+
+func toProto(d Decision) *allotv1.DecideResponse {
+	return &allotv1.DecideResponse{
+		Allowed: d.Allowed, Remaining: d.Remaining, RetryAfterMs: ceilMS(d.RetryAfter), ResetAfterMs: ceilMS(d.ResetAfter),
+		Limit: d.Limit, Shadow: d.Shadow, Fallback: d.Fallback, Quota: d.Quota, WindowS: int64(d.Window / time.Second),
+	}
+}
+
+func protoCost(c int64) int64 {
+	if c == 0 {
+		return 1
+	}
+	return c
+}
+
+func (a limiterAPI) Decide(ctx context.Context, r *allotv1.DecideRequest) (*allotv1.DecideResponse, error) {
+	d, err := a.s.Decide(ctx, r.GetDescriptors(), protoCost(r.GetCost()))
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	return toProto(d), nil
+}
+
+func (a limiterAPI) DecideBatch(ctx context.Context, r *allotv1.DecideBatchRequest) (*allotv1.DecideBatchResponse, error) {
+	if len(r.GetRequests()) > maxBatch {
+		return nil, GRPCError(badRequest("requests: %d, at most %d per batch", len(r.GetRequests()), maxBatch))
+	}
+	out := &allotv1.DecideBatchResponse{Responses: make([]*allotv1.DecideResponse, 0, len(r.GetRequests()))}
+	for i, q := range r.GetRequests() {
+		d, err := a.s.Decide(ctx, q.GetDescriptors(), protoCost(q.GetCost()))
+		if err != nil {
+			return nil, GRPCError(badRequestAt(i, err))
+		}
+		out.Responses = append(out.Responses, toProto(d))
+	}
+	return out, nil
+}
+
+func badRequestAt(i int, err error) error {
+	if errors.Is(err, ErrBadRequest) {
+		return badRequest("requests[%d]: %v", i, err)
+	}
+	return err
+}
+
+// rlsAPI serves Envoy's rate limit service. Each RLS descriptor (a list of
+// key/value entries) is one allot request whose descriptors are its entries;
+// hits_addend is the cost. The answer is OVER_LIMIT when any descriptor is,
+// with duration_until_reset, the RateLimit fields and Retry-After as headers.
+// The domain is not used: allot's policy is global.
+type rlsAPI struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	s *Service
+}
+
+func (a rlsAPI) ShouldRateLimit(ctx context.Context, r *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if len(r.GetDescriptors()) == 0 {
+		return nil, GRPCError(badRequest("descriptors: missing"))
+	}
+	if len(r.GetDescriptors()) > maxBatch {
+		return nil, GRPCError(badRequest("descriptors: %d, at most %d", len(r.GetDescriptors()), maxBatch))
+	}
+	cost := int64(r.GetHitsAddend())
+	if cost == 0 {
+		cost = 1
+	}
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
+	var worst *Decision
+	for i, desc := range r.GetDescriptors() {
+		d := make(map[string]string, len(desc.GetEntries()))
+		for _, e := range desc.GetEntries() {
+			d[e.GetKey()] = e.GetValue()
+		}
+		c := cost
+		if hc := desc.GetHitsAddend(); hc != nil && hc.GetValue() > 0 {
+			c = int64(hc.GetValue())
+		}
+		dec, err := a.s.Decide(ctx, d, c)
+		if err != nil {
+			if errors.Is(err, ErrBadRequest) {
+				err = badRequest("descriptors[%d]: %v", i, err)
+			}
+			return nil, GRPCError(err)
+		}
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{
+			Code:           rlsv3.RateLimitResponse_OK,
+			LimitRemaining: uint32(min(max(dec.Remaining, 0), 1<<31)),
+		}
+		if dec.Quota > 0 {
+			st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
+				Name: dec.Limit, RequestsPerUnit: uint32(min(dec.Quota, 1<<31)), Unit: rlsUnit(dec.Window),
+			}
+		}
+		if !dec.Allowed {
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			st.DurationUntilReset = durationpb.New(dec.RetryAfter)
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			if worst == nil || worst.Allowed || dec.RetryAfter > worst.RetryAfter {
+				dd := dec
+				worst = &dd
+			}
+		} else {
+			st.DurationUntilReset = durationpb.New(dec.ResetAfter)
+			if worst == nil {
+				dd := dec
+				worst = &dd
+			}
+		}
+		resp.Statuses = append(resp.Statuses, st)
+	}
+	if worst != nil && worst.Quota > 0 {
+		t := worst.ResetAfter
+		if !worst.Allowed {
+			t = worst.RetryAfter
+		}
+		w := max(1, int64(worst.Window/time.Second))
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
+			header("RateLimit-Policy", strconv.Quote(worst.Limit)+";q="+strconv.FormatInt(worst.Quota, 10)+";w="+strconv.FormatInt(w, 10)),
+			header("RateLimit", strconv.Quote(worst.Limit)+";r="+strconv.FormatInt(max(0, worst.Remaining), 10)+";t="+strconv.FormatInt(ceilSeconds(t), 10)))
+		if !worst.Allowed {
+			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
+				header("Retry-After", strconv.FormatInt(max(1, ceilSeconds(worst.RetryAfter)), 10)))
+		}
+	}
+	return resp, nil
+}
+
+func header(k, v string) *corev3.HeaderValue { return &corev3.HeaderValue{Key: k, Value: v} }
+
+func rlsUnit(w time.Duration) rlsv3.RateLimitResponse_RateLimit_Unit {
+	switch w {
+	case time.Second:
+		return rlsv3.RateLimitResponse_RateLimit_SECOND
+	case time.Minute:
+		return rlsv3.RateLimitResponse_RateLimit_MINUTE
+	case time.Hour:
+		return rlsv3.RateLimitResponse_RateLimit_HOUR
+	case 24 * time.Hour:
+		return rlsv3.RateLimitResponse_RateLimit_DAY
+	}
+	return rlsv3.RateLimitResponse_RateLimit_UNKNOWN
+}

@@ -1,0 +1,179 @@
+package regional
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// DefaultHeaderPrefix is where forward-auth reads descriptors from:
+// X-Allot-Tenant: t42 is the descriptor tenant=t42, X-Allot-Api-Key: k is
+// api_key=k (lower case, dashes as underscores). X-Allot-Cost is the cost.
+const DefaultHeaderPrefix = "X-Allot-"
+
+// decideRequest is the body of POST /v1/decide.
+type decideRequest struct {
+	Descriptors map[string]string `json:"descriptors"`
+	Cost        *int64            `json:"cost,omitempty"`
+}
+
+// decideResponse is its answer (DESIGN.md contract, plus fallback).
+type decideResponse struct {
+	Allowed      bool   `json:"allowed"`
+	Remaining    int64  `json:"remaining"`
+	RetryAfterMS int64  `json:"retry_after_ms"`
+	ResetAfterMS int64  `json:"reset_after_ms"`
+	Limit        string `json:"limit"`
+	Shadow       bool   `json:"shadow"`
+	Fallback     bool   `json:"fallback,omitempty"`
+}
+
+// ceilMS rounds a duration up to whole milliseconds.
+func ceilMS(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
+
+// ceilSeconds rounds a duration up to whole seconds (RFC 9110 delay-seconds).
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// Handler returns the regional HTTP API: POST /v1/decide, GET
+// /v1/forward-auth, /metrics (from gatherer), /healthz and /readyz.
+// headerPrefix "" means DefaultHeaderPrefix.
+func (s *Service) Handler(gatherer prometheus.Gatherer, headerPrefix string) http.Handler {
+	if headerPrefix == "" {
+		headerPrefix = DefaultHeaderPrefix
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/decide", s.httpDecide)
+	mux.HandleFunc("GET /v1/forward-auth", func(w http.ResponseWriter, r *http.Request) { s.forwardAuth(w, r, headerPrefix) })
+	if gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	}
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !s.Ready() {
+			http.Error(w, "not ready: waiting for the policy and the region's grants from etcd", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ready\n")
+	})
+	return mux
+}
+
+// HTTPStatus maps a Decide error to an HTTP status: the one place this
+// mapping lives for the regional HTTP API.
+func HTTPStatus(err error) int {
+	switch {
+	case errors.Is(err, ErrBadRequest):
+		return http.StatusBadRequest
+	case errors.Is(err, ErrNotReady):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, err error) {
+	writeJSON(w, HTTPStatus(err), map[string]string{"error": strings.TrimPrefix(err.Error(), "bad request: ")})
+}
+
+func (s *Service) httpDecide(w http.ResponseWriter, r *http.Request) {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	var req decideRequest
+	if err := dec.Decode(&req); err != nil {
+		writeErr(w, fmt.Errorf("%w: body: %w", ErrBadRequest, err))
+		return
+	}
+	cost := int64(1)
+	if req.Cost != nil {
+		cost = *req.Cost
+	}
+	d, err := s.Decide(r.Context(), req.Descriptors, cost)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, decideResponse{
+		Allowed: d.Allowed, Remaining: d.Remaining, RetryAfterMS: ceilMS(d.RetryAfter), ResetAfterMS: ceilMS(d.ResetAfter),
+		Limit: d.Limit, Shadow: d.Shadow, Fallback: d.Fallback,
+	})
+}
+
+// descriptorName turns a header name after the prefix into a descriptor
+// key: lower case, dashes as underscores.
+func descriptorName(h string) string { return strings.ReplaceAll(strings.ToLower(h), "-", "_") }
+
+// SetRateLimitHeaders sets the RateLimit and RateLimit-Policy fields of
+// draft-ietf-httpapi-ratelimit-headers-10 (pinned to revision -10): the
+// policy advertises the limiting limit's quota q per window w seconds (the
+// global budget for budget limits); RateLimit its remaining units r in this
+// region and the seconds t until more quota.
+func SetRateLimitHeaders(h http.Header, name string, quota int64, window time.Duration, remaining int64, t time.Duration) {
+	if name == "" || quota <= 0 {
+		return
+	}
+	w := max(1, int64(window/time.Second))
+	h.Set("RateLimit-Policy", fmt.Sprintf("%q;q=%d;w=%d", name, quota, w))
+	h.Set("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", name, max(0, remaining), ceilSeconds(t)))
+}
+
+func (s *Service) forwardAuth(w http.ResponseWriter, r *http.Request, prefix string) {
+	d := map[string]string{}
+	cost := int64(1)
+	for name, vals := range r.Header {
+		rest, ok := cutPrefixFold(name, prefix)
+		if !ok || len(vals) == 0 {
+			continue
+		}
+		if strings.EqualFold(rest, "cost") {
+			c, err := strconv.ParseInt(vals[0], 10, 64)
+			if err != nil {
+				writeErr(w, fmt.Errorf("%w: header %s: %q is not a whole number", ErrBadRequest, name, vals[0]))
+				return
+			}
+			cost = c
+			continue
+		}
+		d[descriptorName(rest)] = vals[0]
+	}
+	dec, err := s.Decide(r.Context(), d, cost)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if dec.Allowed {
+		SetRateLimitHeaders(w.Header(), dec.Limit, dec.Quota, dec.Window, dec.Remaining, dec.ResetAfter)
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	SetRateLimitHeaders(w.Header(), dec.Limit, dec.Quota, dec.Window, dec.Remaining, dec.RetryAfter)
+	w.Header().Set("Retry-After", strconv.FormatInt(max(1, ceilSeconds(dec.RetryAfter)), 10))
+	w.Header().Set("Cache-Control", "no-store") // RFC 6585: 429 must not be cached
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusTooManyRequests)
+	_, _ = fmt.Fprintf(w, "rate limited by %q: retry after %d s\n", dec.Limit, max(1, ceilSeconds(dec.RetryAfter)))
+}
+
+func cutPrefixFold(s, prefix string) (string, bool) {
+	if len(s) <= len(prefix) || !strings.EqualFold(s[:len(prefix)], prefix) {
+		return "", false
+	}
+	return s[len(prefix):], true
+}

@@ -1,0 +1,77 @@
+package regional
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	decisions     *prometheus.CounterVec
+	fallback      *prometheus.CounterVec
+	storeDuration *prometheus.HistogramVec
+	storeErrors   *prometheus.CounterVec
+	grantAge      prometheus.GaugeFunc
+	leaseValid    prometheus.GaugeFunc
+	leaseLeft     prometheus.GaugeFunc
+	reports       *prometheus.CounterVec
+	dropped       prometheus.CounterFunc
+	policyVersion prometheus.GaugeFunc
+	livePods      prometheus.GaugeFunc
+}
+
+func newMetrics(reg prometheus.Registerer, region string, s *Service) (*metrics, error) {
+	cl := prometheus.Labels{"region": region}
+	m := &metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_decisions_total", Help: "Decisions by limiting limit and result (allowed, denied, shadow_denied).",
+		}, []string{"limit", "region", "result"}),
+		fallback: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_fallback_decisions_total", Help: "Decisions made without the store, by limit and reason (timeout, unavailable, breaker_open, error) and policy (open, closed).",
+		}, []string{"limit", "region", "reason"}),
+		storeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "allot_store_duration_seconds", Help: "Duration of store calls (one round trip each).",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1}, ConstLabels: cl,
+		}, []string{"result"}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_store_errors_total", Help: "Failed store calls by kind.", ConstLabels: cl,
+		}, []string{"kind"}),
+		grantAge: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "allot_grant_age_seconds", Help: "Seconds since this pod last received a grant (or resynced its grants).", ConstLabels: cl,
+		}, s.grantAge),
+		leaseValid: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "allot_lease_valid", Help: "1 while the pod's lease is valid (grants enforced), 0 when it enforces floors.", ConstLabels: cl,
+		}, s.leaseValid),
+		leaseLeft: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "allot_lease_remaining_seconds", Help: "Seconds until the pod's lease ends (negative: lapsed).", ConstLabels: cl,
+		}, s.leaseLeft),
+		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_reports_total", Help: "Reports sent to the coordinator, by result (accepted, redirected, failed, no_leader).", ConstLabels: cl,
+		}, []string{"result"}),
+		dropped: prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "allot_report_units_dropped_total", Help: "Units not counted for reports because the tenant table was full.", ConstLabels: cl,
+		}, func() float64 { return float64(s.counts.dropped.Load()) }),
+		policyVersion: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "allot_policy_version", Help: "Policy version this pod enforces.", ConstLabels: cl,
+		}, func() float64 {
+			s.view.mu.RLock()
+			defer s.view.mu.RUnlock()
+			return float64(s.view.policyVersion)
+		}),
+		livePods: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "allot_live_pods", Help: "Live pods in the region as membership sees them.", ConstLabels: cl,
+		}, func() float64 { return float64(s.livePods()) }),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.decisions, m.fallback, m.storeDuration, m.storeErrors, m.grantAge, m.leaseValid, m.leaseLeft, m.reports, m.dropped, m.policyVersion, m.livePods} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}

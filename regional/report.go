@@ -1,0 +1,138 @@
+package regional
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	allotv1 "github.com/allot-dev/allot/proto/allot/v1"
+	"github.com/allot-dev/allot/shares"
+)
+
+// reporter sends the pod's counts to the leader every interval and applies
+// the lease its answer carries. A report that fails is dropped (its counts
+// are lost, not retried): the next interval's report carries fresh ones.
+type reporter struct {
+	s *Service
+
+	mu     sync.Mutex
+	leader string // gRPC address
+	conn   *grpc.ClientConn
+	// Dial opens a connection to a leader; tests may replace it.
+	dial func(addr string) (*grpc.ClientConn, error)
+}
+
+func newReporter(s *Service) *reporter {
+	return &reporter{s: s, dial: func(addr string) (*grpc.ClientConn, error) {
+		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}}
+}
+
+func (r *reporter) run(ctx context.Context) error {
+	t := time.NewTicker(r.s.cfg.ReportInterval)
+	defer t.Stop()
+	defer r.close()
+	last := r.s.cfg.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		now := r.s.cfg.Now()
+		usage := r.s.counts.drain()
+		r.report(ctx, usage, now.Sub(last))
+		last = now
+	}
+}
+
+func (r *reporter) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.conn != nil {
+		_ = r.conn.Close()
+		r.conn, r.leader = nil, ""
+	}
+}
+
+// client returns a client of the leader, looking it up in the election
+// when unknown.
+func (r *reporter) client(ctx context.Context) (allotv1.CoordinatorClient, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.conn == nil {
+		l, err := r.s.store.Leader(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if l.GRPC == "" {
+			return nil, errors.New("the leader publishes no gRPC address")
+		}
+		c, err := r.dial(l.GRPC)
+		if err != nil {
+			return nil, err
+		}
+		r.conn, r.leader = c, l.GRPC
+	}
+	return allotv1.NewCoordinatorClient(r.conn), nil
+}
+
+// redirect switches to the leader a follower named.
+func (r *reporter) redirect(addr string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.conn != nil {
+		_ = r.conn.Close()
+	}
+	r.conn, r.leader = nil, ""
+	if addr == "" {
+		return
+	}
+	if c, err := r.dial(addr); err == nil {
+		r.conn, r.leader = c, addr
+	}
+}
+
+// report sends one report (following one redirect) and applies the lease.
+func (r *reporter) report(ctx context.Context, usage map[string]shares.Usage, interval time.Duration) {
+	req := &allotv1.ReportRequest{
+		Region: r.s.cfg.Region, Pod: r.s.cfg.Pod, IntervalMs: max(1, interval.Milliseconds()),
+		AppliedEpoch: r.s.view.applied(), LivePods: int32(r.s.livePods()),
+	}
+	for t, u := range usage {
+		req.Usage = append(req.Usage, &allotv1.TenantUsage{Tenant: t, Offered: u.Offered, Admitted: u.Admitted})
+	}
+	for attempt := 0; attempt < 2; attempt++ {
+		cl, err := r.client(ctx)
+		if err != nil {
+			r.s.m.reports.WithLabelValues("no_leader").Inc()
+			r.s.log.Debug("no leader to report to", "err", err)
+			return
+		}
+		rctx, cancel := context.WithTimeout(ctx, r.s.cfg.ReportTimeout)
+		// The lease counts from when the report was sent (monotonic clock).
+		sentAt := r.s.cfg.Now()
+		resp, err := cl.Report(rctx, req)
+		cancel()
+		if err != nil {
+			r.s.m.reports.WithLabelValues("failed").Inc()
+			r.s.log.Debug("report failed", "err", err)
+			r.redirect("") // look the leader up again next time
+			return
+		}
+		if !resp.GetAccepted() {
+			r.s.m.reports.WithLabelValues("redirected").Inc()
+			r.redirect(resp.GetLeader())
+			continue
+		}
+		r.s.m.reports.WithLabelValues("accepted").Inc()
+		r.s.view.renewed(sentAt, shares.Renewal{
+			Lease: time.Duration(resp.GetLeaseMs()) * time.Millisecond, MinEpoch: resp.GetMinEpoch(),
+		})
+		return
+	}
+}

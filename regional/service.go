@@ -1,0 +1,192 @@
+package regional
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/allot-dev/allot/gcra"
+	"github.com/allot-dev/allot/gcra/lease"
+	"github.com/allot-dev/allot/gcra/memstore"
+	"github.com/allot-dev/allot/internal/state"
+)
+
+// Service is one regional pod: it decides requests against the region's
+// store with the region's grants, reports traffic to the leader, and
+// degrades as each limit's on_failure says when the store fails.
+type Service struct {
+	cfg     Config
+	log     *slog.Logger
+	m       *metrics
+	store   *state.Store
+	view    *view
+	counts  *counters
+	breaker *gobreaker.CircuitBreaker[[]gcra.Answer]
+	local   *memstore.Store // the fallback limiter
+
+	leaseMu sync.Mutex
+	leases  map[int64]*lease.Limiter // by lease size
+
+	failMu     sync.Mutex
+	failLogged map[string]time.Time
+
+	rep *reporter
+}
+
+// New validates cfg and builds a Service. Run starts it.
+func New(cfg Config) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Pod == "" {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		cfg.Pod = cfg.Region + "-" + hex.EncodeToString(b[:])
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	local, err := memstore.New(memstore.DefaultConfig())
+	if err != nil {
+		return nil, err
+	}
+	st := state.New(cfg.Etcd, cfg.Prefix)
+	s := &Service{
+		cfg:        cfg,
+		log:        cfg.Logger.With("component", "regional", "region", cfg.Region, "pod", cfg.Pod),
+		store:      st,
+		view:       newView(cfg.Region, st, cfg.Drift),
+		counts:     newCounters(cfg.MaxTenants),
+		local:      local,
+		leases:     map[int64]*lease.Limiter{},
+		failLogged: map[string]time.Time{},
+	}
+	s.breaker = gobreaker.NewCircuitBreaker[[]gcra.Answer](gobreaker.Settings{
+		Name:         "store-" + cfg.Region,
+		MaxRequests:  3,
+		Timeout:      cfg.BreakerOpen,
+		ReadyToTrip:  func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= cfg.BreakerFailures },
+		IsSuccessful: func(err error) bool { return !isStoreFailure(err) },
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			s.log.Warn("store circuit breaker", "from", from.String(), "to", to.String())
+		},
+	})
+	if s.m, err = newMetrics(cfg.Registerer, cfg.Region, s); err != nil {
+		return nil, err
+	}
+	s.rep = newReporter(s)
+	return s, nil
+}
+
+// Pod returns the pod's name.
+func (s *Service) Pod() string { return s.cfg.Pod }
+
+// Ready reports whether the pod has its policy and has synced its grants:
+// until then it cannot decide.
+func (s *Service) Ready() bool { return s.view.ready() }
+
+// Run mirrors policy, budgets and grants from etcd, reports to the leader
+// every ReportInterval, and sweeps the local stores, until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	logErr := func(what string) func(error) {
+		return func(err error) { s.log.Warn("etcd "+what+" resync", "err", err) }
+	}
+	g.Go(func() error {
+		return ignoreCtx(state.Mirror(ctx, s.cfg.Etcd, s.store.PolicyKey(), policyMirror{s.view}, 0, logErr("policy")))
+	})
+	g.Go(func() error {
+		return ignoreCtx(state.Mirror(ctx, s.cfg.Etcd, s.store.BudgetsPrefix(), budgetMirror{s.view}, 0, logErr("budgets")))
+	})
+	g.Go(func() error {
+		return ignoreCtx(state.Mirror(ctx, s.cfg.Etcd, s.store.GrantsPrefix(s.cfg.Region), grantMirror{v: s.view, now: s.cfg.Now}, 0, logErr("grants")))
+	})
+	g.Go(func() error { return ignoreCtx(s.local.Run(ctx)) })
+	g.Go(func() error { return s.rep.run(ctx) })
+	g.Go(func() error {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+				s.leaseMu.Lock()
+				for _, l := range s.leases {
+					l.Sweep()
+				}
+				s.leaseMu.Unlock()
+			}
+		}
+	})
+	return g.Wait()
+}
+
+func ignoreCtx(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return nil
+	}
+	return err
+}
+
+// leaser returns the lease limiter for lease size n.
+func (s *Service) leaser(n int64) (*lease.Limiter, error) {
+	s.leaseMu.Lock()
+	defer s.leaseMu.Unlock()
+	if l, ok := s.leases[n]; ok {
+		return l, nil
+	}
+	cfg := lease.DefaultConfig()
+	cfg.Size = n
+	cfg.MinBurst = max(n, cfg.MinBurst)
+	l, err := lease.New(s.cfg.Store, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("lease of %d units: %w", n, err)
+	}
+	s.leases[n] = l
+	return l, nil
+}
+
+// livePods is the region's live pod count, at least 1.
+func (s *Service) livePods() int {
+	if s.cfg.LivePods == nil {
+		return 1
+	}
+	return max(1, s.cfg.LivePods())
+}
+
+func (s *Service) grantAge() float64 {
+	s.view.mu.RLock()
+	at := s.view.grantsAt
+	s.view.mu.RUnlock()
+	if at.IsZero() {
+		return -1
+	}
+	return s.cfg.Now().Sub(at).Seconds()
+}
+
+func (s *Service) leaseValid() float64 {
+	if u := s.view.leaseUntil(); !u.IsZero() && s.cfg.Now().Before(u) {
+		return 1
+	}
+	return 0
+}
+
+func (s *Service) leaseLeft() float64 {
+	u := s.view.leaseUntil()
+	if u.IsZero() {
+		return -1
+	}
+	return u.Sub(s.cfg.Now()).Seconds()
+}
