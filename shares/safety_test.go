@@ -496,7 +496,7 @@ func FuzzSafety(f *testing.F) {
 // TestSafetySeeds runs the safety world over a spread of seeds with every
 // fault on, so that `go test` (not only `go test -fuzz`) covers them.
 func TestSafetySeeds(t *testing.T) {
-	for seed := range uint64(24) {
+	for seed := range uint64(64) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			w := runWorld(t, worldSpec{
 				seed: seed, regions: 2 + int(seed)%4, tenants: 3,
