@@ -1,0 +1,287 @@
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	allotv1 "github.com/allot-dev/allot/proto/allot/v1"
+)
+
+// Errors callers branch on with errors.Is. Every error Decide and
+// DecideBatch return is one or the other.
+var (
+	// ErrUnavailable: the limiter gave no decision. It was unreachable, did
+	// not answer within the timeout, was not ready (no policy loaded yet),
+	// or failed. The request itself may be fine; decide whether to fail open
+	// or closed. The gRPC status survives: status.Code(err) tells which, and
+	// errors.Is(err, context.DeadlineExceeded) holds when the call's deadline
+	// passed.
+	ErrUnavailable = errors.New("allot: limiter unavailable")
+	// ErrInvalid: the request was bad (no tenant, cost < 1, cost above a
+	// limit's burst, too many descriptors...). Retrying it unchanged will not
+	// help. The message names the field.
+	ErrInvalid = errors.New("allot: invalid request")
+)
+
+// DefaultTimeout bounds each call unless Config.Timeout says otherwise: a
+// regional pod answers from Redis within a few milliseconds, and a request
+// that waits longer on its rate limiter is better served by the failure mode.
+const DefaultTimeout = 20 * time.Millisecond
+
+// roundRobin spreads calls over every address the target resolves to (the
+// pods of a region behind a headless service), rather than pinning all of
+// one process's calls to the first pod.
+const roundRobin = `{"loadBalancingConfig":[{"round_robin":{}}]}`
+
+// Config configures a Client. Start from DefaultConfig.
+type Config struct {
+	// Target is the region's limiter (allot regional --grpc-listen) in the
+	// syntax of grpc.NewClient: "dns:///allot-regional.allot.svc:9090",
+	// "127.0.0.1:9090". Required.
+	Target string
+	// Timeout bounds each Decide and DecideBatch call, dial included, unless
+	// the caller's context ends sooner. Default DefaultTimeout (20ms).
+	Timeout time.Duration
+	// TLS secures the connection (set Certificates for mTLS). It is cloned;
+	// later changes to it do not affect the Client.
+	TLS *tls.Config
+	// Insecure connects in plaintext: loopback, or a mesh that does mTLS.
+	// Set exactly one of TLS and Insecure, or neither and pass transport
+	// credentials in DialOptions.
+	Insecure bool
+	// DialOptions are passed to grpc.NewClient after the Client's own
+	// (transport credentials from TLS or Insecure; a round_robin default
+	// service config), so they can override them: interceptors, keepalive,
+	// credentials, a different balancer.
+	DialOptions []grpc.DialOption
+}
+
+// DefaultConfig returns the defaults; set Target and one of TLS or Insecure.
+func DefaultConfig() Config {
+	return Config{Timeout: DefaultTimeout}
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	switch {
+	case strings.TrimSpace(c.Target) == "":
+		return errors.New("client config: Target: required, e.g. \"dns:///allot-regional:9090\"")
+	case c.Timeout <= 0:
+		return fmt.Errorf("client config: Timeout: %v: must be positive", c.Timeout)
+	case c.TLS != nil && c.Insecure:
+		return errors.New("client config: TLS and Insecure: set one, not both")
+	case c.TLS == nil && !c.Insecure && len(c.DialOptions) == 0:
+		return errors.New("client config: TLS: required unless Insecure is set or DialOptions carry transport credentials")
+	}
+	return nil
+}
+
+// Decision is the limiter's answer to one request. It mirrors the decision
+// of the regional service (package regional).
+type Decision struct {
+	// Allowed: admit the request.
+	Allowed bool
+	// Remaining whole units of the limiting limit in this region after this
+	// decision.
+	Remaining int64
+	// RetryAfter is the wait before the same request could be admitted; set
+	// when denied.
+	RetryAfter time.Duration
+	// ResetAfter is the wait until the limiting limit is fully rested.
+	ResetAfter time.Duration
+	// Limit names the limiting limit; "" when no limit matched.
+	Limit string
+	// Shadow: a shadow limit would have denied; the request is not denied
+	// for it.
+	Shadow bool
+	// Fallback: the limiter decided without its store (Redis failed), as the
+	// limit's on_failure says.
+	Fallback bool
+	// Quota units per Window is the limiting limit's advertised policy (the
+	// global budget for budget limits), for RateLimit-Policy.
+	Quota  int64
+	Window time.Duration
+}
+
+// Request is one request of a batch.
+type Request struct {
+	// Descriptors name the caller, e.g. {"tenant": "t42", "user": "7"}.
+	Descriptors map[string]string
+	// Cost is the units the request counts as, at least 1.
+	Cost int64
+}
+
+// Decider decides requests: the narrow interface the middleware needs.
+// *Client satisfies it; so does DeciderFunc.
+type Decider interface {
+	// Decide decides one request of cost units. Errors should wrap
+	// ErrInvalid when the request is bad; any other error is treated as the
+	// limiter being unavailable.
+	Decide(ctx context.Context, descriptors map[string]string, cost int64) (Decision, error)
+}
+
+// DeciderFunc adapts a function to Decider, for tests and for wrapping a
+// Client (caching, logging, a second region...).
+type DeciderFunc func(ctx context.Context, descriptors map[string]string, cost int64) (Decision, error)
+
+// Decide calls f.
+func (f DeciderFunc) Decide(ctx context.Context, descriptors map[string]string, cost int64) (Decision, error) {
+	return f(ctx, descriptors, cost)
+}
+
+// Client calls a region's allot.v1.Limiter over gRPC. It is safe for
+// concurrent use; create one per process and Close it on shutdown.
+type Client struct {
+	timeout time.Duration
+	conn    *grpc.ClientConn
+	api     allotv1.LimiterClient
+}
+
+var _ Decider = (*Client)(nil)
+
+// New validates cfg and creates a Client. It starts connecting at once, in
+// the background, so that the first call does not pay the whole dial; it
+// never blocks on the network. cfg is not modified.
+func New(cfg Config) (*Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	opts := make([]grpc.DialOption, 0, 2+len(cfg.DialOptions))
+	switch {
+	case cfg.TLS != nil:
+		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg.TLS.Clone())))
+	case cfg.Insecure:
+		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	opts = append(opts, grpc.WithDefaultServiceConfig(roundRobin))
+	opts = append(opts, slices.Clone(cfg.DialOptions)...)
+	conn, err := grpc.NewClient(cfg.Target, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("client: %s: %w", cfg.Target, err)
+	}
+	conn.Connect()
+	return &Client{timeout: cfg.Timeout, conn: conn, api: allotv1.NewLimiterClient(conn)}, nil
+}
+
+// Close closes the connection. Calls after Close fail with ErrUnavailable.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Decide decides one request of cost units (at least 1) for the caller the
+// descriptors name; every matching limit is checked, all or nothing. The
+// call is bounded by the Client's timeout and by ctx. An error wraps
+// ErrUnavailable or ErrInvalid.
+func (c *Client) Decide(ctx context.Context, descriptors map[string]string, cost int64) (Decision, error) {
+	if cost < 1 {
+		return Decision{}, invalidf("cost: %d: want a whole number of units ≥ 1", cost)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	r, err := c.api.Decide(ctx, &allotv1.DecideRequest{Descriptors: descriptors, Cost: cost})
+	if err != nil {
+		return Decision{}, classify(ctx, err)
+	}
+	return fromProto(r), nil
+}
+
+// DecideBatch decides independent requests in one call: one decision per
+// request, in order. A bad request fails the whole batch with ErrInvalid
+// naming it (requests[i]). Costs below 1 are rejected here, before anything
+// is sent; but the regional service decides a batch in order, so requests
+// before one it rejects (say, one without a tenant) may have been charged.
+// It takes at most 256 requests per batch.
+func (c *Client) DecideBatch(ctx context.Context, reqs []Request) ([]Decision, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	in := &allotv1.DecideBatchRequest{Requests: make([]*allotv1.DecideRequest, len(reqs))}
+	for i, r := range reqs {
+		if r.Cost < 1 {
+			return nil, invalidf("requests[%d]: cost: %d: want a whole number of units ≥ 1", i, r.Cost)
+		}
+		in.Requests[i] = &allotv1.DecideRequest{Descriptors: r.Descriptors, Cost: r.Cost}
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	out, err := c.api.DecideBatch(ctx, in)
+	if err != nil {
+		return nil, classify(ctx, err)
+	}
+	if len(out.GetResponses()) != len(reqs) {
+		return nil, fmt.Errorf("%w: the limiter answered %d decisions for %d requests", ErrUnavailable, len(out.GetResponses()), len(reqs))
+	}
+	ds := make([]Decision, len(reqs))
+	for i, r := range out.GetResponses() {
+		ds[i] = fromProto(r)
+	}
+	return ds, nil
+}
+
+func fromProto(r *allotv1.DecideResponse) Decision {
+	return Decision{
+		Allowed:    r.GetAllowed(),
+		Remaining:  r.GetRemaining(),
+		RetryAfter: time.Duration(r.GetRetryAfterMs()) * time.Millisecond,
+		ResetAfter: time.Duration(r.GetResetAfterMs()) * time.Millisecond,
+		Limit:      r.GetLimit(),
+		Shadow:     r.GetShadow(),
+		Fallback:   r.GetFallback(),
+		Quota:      r.GetQuota(),
+		Window:     time.Duration(r.GetWindowS()) * time.Second,
+	}
+}
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// callError is a failed call: its kind (ErrInvalid or ErrUnavailable), the
+// gRPC status, and the context's error when the call's context ended.
+type callError struct {
+	kind error
+	st   *status.Status
+	ctx  error
+}
+
+func (e *callError) Error() string {
+	if errors.Is(e.kind, ErrInvalid) {
+		// The service prefixes its own "bad request: " (for a batch, once
+		// more inside); the kind says it already.
+		return e.kind.Error() + ": " + strings.ReplaceAll(e.st.Message(), "bad request: ", "")
+	}
+	return e.kind.Error() + ": " + e.st.Code().String() + ": " + e.st.Message()
+}
+
+func (e *callError) Unwrap() []error {
+	errs := []error{e.kind, e.st.Err()}
+	if e.ctx != nil {
+		errs = append(errs, e.ctx)
+	}
+	return errs
+}
+
+// GRPCStatus lets status.Code and status.FromError see the call's status.
+func (e *callError) GRPCStatus() *status.Status { return e.st }
+
+// classify maps a gRPC error to ErrInvalid or ErrUnavailable: the one place
+// this mapping lives in the client. Only the request being malformed is
+// ErrInvalid; everything else means no decision was made.
+func classify(ctx context.Context, err error) error {
+	st := status.Convert(err)
+	kind := ErrUnavailable
+	switch st.Code() {
+	case codes.InvalidArgument, codes.OutOfRange:
+		kind = ErrInvalid
+	}
+	return &callError{kind: kind, st: st, ctx: ctx.Err()}
+}
