@@ -65,13 +65,34 @@ func newMetrics(reg prometheus.Registerer, region string, s *Service) (*metrics,
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.fallback, m.storeDuration, m.storeErrors, m.grantAge, m.leaseValid, m.leaseLeft, m.reports, m.dropped, m.policyVersion, m.livePods} {
+	// Several services may share one registry (allot dev): the vectors
+	// labelled by region are shared, the rest carry the region as a const
+	// label.
+	var err error
+	if m.decisions, err = register(reg, m.decisions); err != nil {
+		return nil, err
+	}
+	if m.fallback, err = register(reg, m.fallback); err != nil {
+		return nil, err
+	}
+	for _, c := range []prometheus.Collector{m.storeDuration, m.storeErrors, m.grantAge, m.leaseValid, m.leaseLeft, m.reports, m.dropped, m.policyVersion, m.livePods} {
 		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				return nil, err
-			}
+			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// register registers c, or returns the equal collector already registered.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if ex, ok := are.ExistingCollector.(C); ok {
+				return ex, nil
+			}
+		}
+		return c, err
+	}
+	return c, nil
 }

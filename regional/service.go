@@ -190,3 +190,7 @@ func (s *Service) leaseLeft() float64 {
 	}
 	return u.Sub(s.cfg.Now()).Seconds()
 }
+
+// Leased reports whether the pod's lease is valid now: it enforces its
+// grants (otherwise its floors).
+func (s *Service) Leased() bool { return s.leaseValid() == 1 }

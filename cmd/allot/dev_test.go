@@ -1,0 +1,181 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// buildAllot builds the allot binary once per test binary run.
+func buildAllot(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "allot")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// The README's first command, as a newcomer runs it: the built binary as a
+// subprocess; a pinned budget; the seed's trace through the region's HTTP
+// API; a 429 with Retry-After from forward-auth; the decision in /metrics.
+func TestDevSubprocess(t *testing.T) {
+	bin := buildAllot(t)
+	addr := freeAddr(t)
+	base := "http://" + addr
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "dev", "--http-listen", addr)
+	cmd.Cancel = func() error { return cmd.Process.Signal(interruptSignal) }
+	cmd.WaitDelay = 10 * time.Second
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	banner := make(chan string, 1)
+	go func() {
+		var b strings.Builder
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			b.WriteString(sc.Text() + "\n")
+			if strings.HasPrefix(sc.Text(), "Ctrl-C") {
+				banner <- b.String()
+			}
+		}
+		close(banner)
+	}()
+	select {
+	case b, ok := <-banner:
+		if !ok {
+			t.Fatalf("allot dev exited before its banner: %s", stderr.String())
+		}
+		for _, want := range []string{base + "/regions/us-east/v1/decide", "region eu-west", "region ap-south", "allot budget set"} {
+			if !strings.Contains(b, want) {
+				t.Errorf("banner lacks %q:\n%s", want, b)
+			}
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("no banner within 60s: %s", stderr.String())
+	}
+
+	run := func(args ...string) string {
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("allot %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	run("budget", "set", "t1", "--rate", "5/s", "--burst", "3", "--mode", "pinned", "--home", "us-east", "--coordinator", base)
+
+	decide := func() decideAnswer {
+		resp, err := http.Post(base+"/regions/us-east/v1/decide", "application/json", strings.NewReader(`{"descriptors":{"tenant":"t1"},"cost":1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var d decideAnswer
+		if err := json.NewDecoder(resp.Body).Decode(&d); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("decide: %d %v", resp.StatusCode, err)
+		}
+		return d
+	}
+	// The budget reaches the region through etcd: wait until t1 is limited
+	// by its own budget (the default tier would admit 20 at once).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d := decide()
+		if !d.Allowed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("t1's budget never took effect")
+		}
+	}
+	time.Sleep(700 * time.Millisecond) // let t1's key rest fully (3 units at 5/s): part of the trace, not a wait on a condition
+
+	// The seed's trace in real time: allowed ×3 (remaining 2, 1, 0), then
+	// denied with ~200 ms; 250 ms later one allowed, the next denied ~150 ms.
+	// Real time runs on while the requests travel, so a denial's retry is
+	// checked against when it was sent: the trace's allow_at (200 ms, then
+	// 400 ms after the first request) minus the request's offset.
+	t0 := time.Now()
+	var got []decideAnswer
+	var at []time.Duration
+	call := func() {
+		sent := time.Since(t0)
+		got = append(got, decide())
+		at = append(at, sent)
+	}
+	call()
+	call()
+	call()
+	call()
+	time.Sleep(time.Until(t0.Add(250 * time.Millisecond)))
+	call()
+	call()
+	want := []struct {
+		allowed   bool
+		remaining int64
+		allowAtMS int64
+	}{{true, 2, 0}, {true, 1, 0}, {true, 0, 0}, {false, 0, 200}, {true, 0, 0}, {false, 0, 400}}
+	for i, w := range want {
+		g := got[i]
+		retry := int64(0)
+		if !w.allowed {
+			retry = w.allowAtMS - at[i].Milliseconds()
+		}
+		if g.Allowed != w.allowed || g.Remaining != w.remaining || g.RetryAfterMS > retry+2 || g.RetryAfterMS < retry-30 {
+			t.Errorf("step %d at +%v: %+v, want allowed %v remaining %d retry ≈ %d ms", i, at[i], g, w.allowed, w.remaining, retry)
+		}
+	}
+
+	req, _ := http.NewRequest("GET", base+"/regions/us-east/v1/forward-auth", nil)
+	req.Header.Set("X-Allot-Tenant", "t1")
+	for range 5 {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == 429 {
+			if ra := resp.Header.Get("Retry-After"); ra != "1" {
+				t.Errorf("429 with Retry-After %q, want 1", ra)
+			}
+			break
+		}
+	}
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(m), `allot_decisions_total{limit="tenant",region="us-east",result="denied"}`) {
+		t.Errorf("/metrics lacks the denial of t1")
+	}
+	cancel()
+	if err := cmd.Wait(); err != nil && ctx.Err() == nil {
+		t.Errorf("allot dev: %v", err)
+	}
+}
+
+type decideAnswer struct {
+	Allowed      bool   `json:"allowed"`
+	Remaining    int64  `json:"remaining"`
+	RetryAfterMS int64  `json:"retry_after_ms"`
+	Limit        string `json:"limit"`
+}

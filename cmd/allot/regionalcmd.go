@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/allot-dev/allot/gcra/redisstore"
+	"github.com/allot-dev/allot/regional"
+)
+
+func init() { register(newRegionalCmd) }
+
+type regionalOpts struct {
+	region            string
+	pod               string
+	redis             string
+	redisCluster      bool
+	redisUser         string
+	redisPasswordFile string
+	redisPool         int
+	etcd              string
+	prefix            string
+	grpcListen        string
+	httpListen        string
+	storeTimeout      time.Duration
+	reportInterval    time.Duration
+	breakerFailures   uint32
+	breakerOpen       time.Duration
+	drift             time.Duration
+	headerPrefix      string
+	logLevel          string
+}
+
+func newRegionalCmd(s *streams) *cobra.Command {
+	o := regionalOpts{}
+	def := regional.DefaultConfig()
+	c := &cobra.Command{
+		Use:   "regional --region NAME --redis ADDR --etcd ENDPOINTS --grpc-listen ADDR --http-listen ADDR",
+		Short: "Run a regional limiter pod: decisions from the region's Redis with the region's grants",
+		Long: `Run one limiter pod of a region. It answers decide(descriptors, cost) from the
+region's Redis (one Lua call per decision) with the region's share of each
+tenant's budget, mirrored from etcd; it reports traffic to the coordinator
+leader, whose answers keep its lease valid. When Redis is slow or down each
+limit fails open (local fallback) or closed, as the policy says.
+
+gRPC: allot.v1.Limiter, envoy.service.ratelimit.v3.RateLimitService, health,
+reflection. HTTP: POST /v1/decide, GET /v1/forward-auth, /metrics, /healthz,
+/readyz (ready once the policy is loaded and the grants synced).`,
+		Example: `  allot regional --region us-east --redis 127.0.0.1:6379 --etcd http://127.0.0.1:2379 \
+    --grpc-listen :8081 --http-listen :8080
+  allot regional --region eu-west --redis redis-0:6379,redis-1:6379,redis-2:6379 --redis-cluster \
+    --etcd http://etcd:2379 --grpc-listen 0.0.0.0:8081 --http-listen 0.0.0.0:8080 --store-timeout 3ms`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runRegional(cmd.Context(), s, o) },
+	}
+	f := c.Flags()
+	f.StringVar(&o.region, "region", "", "this pod's region, one of the policy's regions (required)")
+	f.StringVar(&o.pod, "pod", "", "pod name in reports (default: the hostname)")
+	f.StringVar(&o.redis, "redis", "", "Redis address(es), comma-separated (required)")
+	f.BoolVar(&o.redisCluster, "redis-cluster", false, "the Redis addresses are Redis Cluster seeds")
+	f.StringVar(&o.redisUser, "redis-username", "", "Redis ACL user")
+	f.StringVar(&o.redisPasswordFile, "redis-password-file", "", "file holding the Redis password")
+	f.IntVar(&o.redisPool, "redis-pool-size", 0, "Redis connections per node (default: go-redis's, 10 per CPU)")
+	f.StringVar(&o.etcd, "etcd", "", "etcd endpoints, comma-separated (required)")
+	f.StringVar(&o.prefix, "etcd-prefix", "/allot/v1/", "key prefix of allot's state in etcd")
+	f.StringVar(&o.grpcListen, "grpc-listen", "127.0.0.1:8081", "gRPC listen address")
+	f.StringVar(&o.httpListen, "http-listen", "127.0.0.1:8080", "HTTP listen address")
+	f.DurationVar(&o.storeTimeout, "store-timeout", def.StoreTimeout, "timeout of one Redis call; past it the limit's on_failure decides")
+	f.DurationVar(&o.reportInterval, "report-interval", def.ReportInterval, "how often to report traffic to the coordinator")
+	f.Uint32Var(&o.breakerFailures, "breaker-failures", def.BreakerFailures, "consecutive Redis failures that open the circuit breaker")
+	f.DurationVar(&o.breakerOpen, "breaker-open", def.BreakerOpen, "how long the breaker stays open before probing Redis again")
+	f.DurationVar(&o.drift, "lease-drift", def.Drift, "margin subtracted from every lease for clock-rate differences with the leader")
+	f.StringVar(&o.headerPrefix, "header-prefix", regional.DefaultHeaderPrefix, "forward-auth reads descriptors from headers with this prefix")
+	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	return c
+}
+
+func runRegional(ctx context.Context, s *streams, o regionalOpts) error {
+	log, err := newLogger(s, o.logLevel)
+	if err != nil {
+		return err
+	}
+	if o.region == "" {
+		return usagef("--region is required, e.g. --region us-east")
+	}
+	addrs := splitList(o.redis)
+	if len(addrs) == 0 {
+		return usagef("--redis is required, e.g. --redis 127.0.0.1:6379")
+	}
+	if o.pod == "" {
+		o.pod, _ = os.Hostname()
+	}
+	ropts := &redis.UniversalOptions{
+		Addrs: addrs, IsClusterMode: o.redisCluster, ContextTimeoutEnabled: true,
+		Username: o.redisUser, PoolSize: o.redisPool,
+		// Fail fast: the decide path has its own few-ms timeout.
+		DialTimeout: time.Second, MaxRetries: -1,
+	}
+	if o.redisPasswordFile != "" {
+		b, err := os.ReadFile(o.redisPasswordFile)
+		if err != nil {
+			return usagef("--redis-password-file: %v", err)
+		}
+		ropts.Password = strings.TrimSpace(string(b))
+	}
+	rc := redis.NewUniversalClient(ropts)
+	defer rc.Close()
+	store, err := redisstore.New(rc)
+	if err != nil {
+		return err
+	}
+	etcd, err := newEtcdClient(o.etcd)
+	if err != nil {
+		return err
+	}
+	defer etcd.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg := regional.DefaultConfig()
+	cfg.Region, cfg.Pod, cfg.Store, cfg.Etcd, cfg.Prefix = o.region, o.pod, store, etcd, o.prefix
+	cfg.StoreTimeout, cfg.ReportInterval = o.storeTimeout, o.reportInterval
+	cfg.BreakerFailures, cfg.BreakerOpen, cfg.Drift = o.breakerFailures, o.breakerOpen, o.drift
+	cfg.Logger, cfg.Registerer = log, reg
+	svc, err := regional.New(cfg)
+	if err != nil {
+		return usageError{err}
+	}
+	gl, err := listen("grpc-listen", o.grpcListen)
+	if err != nil {
+		return err
+	}
+	hl, err := listen("http-listen", o.httpListen)
+	if err != nil {
+		_ = gl.Close()
+		return err
+	}
+	gs := grpc.NewServer()
+	svc.RegisterGRPC(gs)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs)
+	httpSrv := &http.Server{Handler: svc.Handler(reg, o.headerPrefix), ReadHeaderTimeout: 10 * time.Second}
+
+	log.Info("regional starting", "region", o.region, "pod", o.pod, "grpc", gl.Addr().String(), "http", hl.Addr().String(),
+		"redis", addrs, "redis_cluster", o.redisCluster, "etcd", o.etcd)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return svc.Run(gctx) })
+	g.Go(func() error { return ignoreClosed(gs.Serve(gl)) })
+	g.Go(func() error { return ignoreClosed(httpSrv.Serve(hl)) })
+	g.Go(func() error {
+		// gRPC health follows readiness.
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			st := healthpb.HealthCheckResponse_NOT_SERVING
+			if svc.Ready() {
+				st = healthpb.HealthCheckResponse_SERVING
+			}
+			hs.SetServingStatus("", st)
+			select {
+			case <-gctx.Done():
+				return nil
+			case <-t.C:
+			}
+		}
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		hs.Shutdown()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = httpSrv.Shutdown(sctx)
+		stopGRPC(gs, 5*time.Second)
+		return nil
+	})
+	err = g.Wait()
+	log.Info("regional stopped")
+	return err
+}
