@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -68,7 +67,7 @@ func BenchmarkPeers(b *testing.B) {
 	}
 	for _, p := range peers {
 		b.Run("mode=serial/peer="+p.name, func(b *testing.B) {
-			defer reportServerCost(b, c)()
+			defer redistest.ReportScriptCost(b, c)()
 			i := 0
 			for b.Loop() {
 				ok, err := p.decide(ctx, keys[i&1023])
@@ -81,7 +80,7 @@ func BenchmarkPeers(b *testing.B) {
 	}
 	for _, p := range peers {
 		b.Run("mode=parallel16/peer="+p.name, func(b *testing.B) {
-			defer reportServerCost(b, c)()
+			defer redistest.ReportScriptCost(b, c)()
 			var (
 				seq     atomic.Int64
 				mu      sync.Mutex
@@ -115,44 +114,4 @@ func BenchmarkPeers(b *testing.B) {
 			}
 		})
 	}
-}
-
-// reportServerCost reads Redis's own accounting of script calls (INFO
-// commandstats: calls and CPU µs of EVAL and EVALSHA) before the benchmark
-// and, through the returned func, after it, and reports the server's µs per
-// decision: what bounds the decisions per second of one Redis shard,
-// independent of client-side noise.
-func reportServerCost(b *testing.B, c *redis.Client) func() {
-	calls0, usec0 := scriptStats(b, c)
-	return func() {
-		calls1, usec1 := scriptStats(b, c)
-		if calls1 > calls0 {
-			b.ReportMetric(float64(usec1-usec0)/float64(calls1-calls0), "redis-µs/op")
-		}
-	}
-}
-
-func scriptStats(b *testing.B, c *redis.Client) (calls, usec int64) {
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		line = strings.TrimSpace(line)
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
-			continue
-		}
-		_, fields, _ := strings.Cut(line, ":")
-		for _, f := range strings.Split(fields, ",") {
-			k, v, _ := strings.Cut(f, "=")
-			n, _ := strconv.ParseInt(v, 10, 64)
-			switch k {
-			case "calls":
-				calls += n
-			case "usec":
-				usec += n
-			}
-		}
-	}
-	return calls, usec
 }

@@ -35,6 +35,7 @@ func BenchmarkRedis(b *testing.B) {
 	ctx := context.Background()
 
 	b.Run("single", func(b *testing.B) {
+		defer redistest.ReportScriptCost(b, c)()
 		i := 0
 		for b.Loop() {
 			if _, err := st.Decide(ctx, []gcra.Request{{Key: keys[i&1023], Limit: user, Cost: 1}}); err != nil {
@@ -44,6 +45,7 @@ func BenchmarkRedis(b *testing.B) {
 		}
 	})
 	b.Run("single-parallel", func(b *testing.B) {
+		defer redistest.ReportScriptCost(b, c)()
 		var seq atomic.Int64
 		b.SetParallelism(16)
 		b.RunParallel(func(pb *testing.PB) {
@@ -58,6 +60,7 @@ func BenchmarkRedis(b *testing.B) {
 		})
 	})
 	b.Run("composite2", func(b *testing.B) {
+		defer redistest.ReportScriptCost(b, c)()
 		i := 0
 		for b.Loop() {
 			t := "allot:v1:{t" + strconv.Itoa(i&1023) + "}:tenant"
@@ -68,6 +71,7 @@ func BenchmarkRedis(b *testing.B) {
 		}
 	})
 	b.Run("pipelined64", func(b *testing.B) {
+		defer redistest.ReportScriptCost(b, c)()
 		batch := make([][]gcra.Request, 64)
 		i := 0
 		for b.Loop() {

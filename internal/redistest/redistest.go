@@ -365,3 +365,46 @@ func (w *syncWriter) String() string {
 	defer w.mu.Unlock()
 	return w.w.String()
 }
+
+// ScriptCost returns what Redis itself accounts for script calls (INFO
+// commandstats: calls, and CPU µs spent, of EVAL and EVALSHA). Benchmarks
+// read it before and after a run to report the server's µs per decision:
+// what bounds one shard's decisions per second, free of client-side noise.
+func ScriptCost(tb testing.TB, c redis.Cmdable) (calls, usec int64) {
+	tb.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatalf("redistest: INFO commandstats: %v", err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+			continue
+		}
+		_, fields, _ := strings.Cut(line, ":")
+		for _, f := range strings.Split(fields, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch k {
+			case "calls":
+				calls += n
+			case "usec":
+				usec += n
+			}
+		}
+	}
+	return calls, usec
+}
+
+// ReportScriptCost reports, when the returned func runs, Redis's CPU µs per
+// script call since ReportScriptCost was called, as the metric
+// "redis-µs/op". Use it as defer redistest.ReportScriptCost(b, c)().
+func ReportScriptCost(b *testing.B, c redis.Cmdable) func() {
+	calls0, usec0 := ScriptCost(b, c)
+	return func() {
+		calls1, usec1 := ScriptCost(b, c)
+		if calls1 > calls0 {
+			b.ReportMetric(float64(usec1-usec0)/float64(calls1-calls0), "redis-µs/op")
+		}
+	}
+}
