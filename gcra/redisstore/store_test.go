@@ -243,8 +243,8 @@ func TestIdleKeysExpire(t *testing.T) {
 		t.Fatal(err)
 	}
 	// reset_after is 150 ms: the key lives that long rounded up to a ms, + 1 ms.
-	if pttl <= 0 || pttl > 151*time.Millisecond || pttl < 100*time.Millisecond {
-		t.Fatalf("PTTL = %v, want about 151ms", pttl)
+	if pttl <= 0 || pttl > 151*time.Millisecond {
+		t.Fatalf("PTTL = %v, want in (0, 151ms]", pttl)
 	}
 	redistest.Eventually(t, 5*time.Second, func() error {
 		n, err := c.Exists(ctx, "idle").Result()
@@ -468,7 +468,7 @@ func TestKilledRedis(t *testing.T) {
 		if !errors.As(err, &se) || !errors.Is(err, redisstore.ErrUnavailable) && !errors.Is(err, redisstore.ErrTimeout) {
 			t.Fatalf("many=%v: Decide on a killed Redis = %v, want a *redisstore.Error, unavailable or timeout", many, err)
 		}
-		if took > deadline+150*time.Millisecond {
+		if took > deadline+200*time.Millisecond {
 			t.Fatalf("many=%v: Decide on a killed Redis took %v, deadline %v", many, took, deadline)
 		}
 	}
@@ -501,7 +501,7 @@ func TestStalledRedis(t *testing.T) {
 		if !errors.Is(err, redisstore.ErrTimeout) {
 			t.Fatalf("many=%v: Decide on a stalled Redis = %v, want ErrTimeout", many, err)
 		}
-		if took > deadline+150*time.Millisecond {
+		if took > deadline+200*time.Millisecond {
 			t.Fatalf("many=%v: Decide on a stalled Redis took %v, deadline %v", many, took, deadline)
 		}
 	}
