@@ -18,7 +18,8 @@
 // # Middleware
 //
 // Middleware wraps an http.Handler. A DescriptorsFunc (FromHeader,
-// FromHeaders, Merge, or your own) names the caller and the cost; the
+// FromHeaders, CostFromHeader, Merge, or your own) names the caller and the
+// cost; the
 // Decider (a *Client, or anything with its Decide method) decides:
 //   - allowed: served, with the RateLimit and RateLimit-Policy fields of
 //     draft-ietf-httpapi-ratelimit-headers-10 on the response;

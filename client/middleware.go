@@ -257,6 +257,23 @@ func FromHeaders(prefix string) DescriptorsFunc {
 	}
 }
 
+// CostFromHeader reads the cost from a request header and names no
+// descriptor; combine it with others through Merge. A request without the
+// header costs 1; a value that is not a whole number ≥ 1 is an error (400).
+func CostFromHeader(header string) DescriptorsFunc {
+	return func(r *http.Request) (map[string]string, int64, error) {
+		v := r.Header.Get(header)
+		if v == "" {
+			return nil, 1, nil
+		}
+		c, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil || c < 1 {
+			return nil, 0, fmt.Errorf("header %s: %q: want a whole number of units ≥ 1", header, v)
+		}
+		return nil, c, nil
+	}
+}
+
 func cutPrefixFold(s, prefix string) (string, bool) {
 	if len(s) <= len(prefix) || !strings.EqualFold(s[:len(prefix)], prefix) {
 		return "", false
