@@ -62,8 +62,8 @@ type Config struct {
 	Insecure bool
 	// DialOptions are passed to grpc.NewClient after the Client's own
 	// (transport credentials from TLS or Insecure; a round_robin default
-	// service config), so they can override them: interceptors, keepalive,
-	// credentials, a different balancer.
+	// service config; no idle timeout), so they can override them:
+	// interceptors, keepalive, credentials, a different balancer.
 	DialOptions []grpc.DialOption
 }
 
@@ -164,7 +164,9 @@ func New(cfg Config) (*Client, error) {
 	case cfg.Insecure:
 		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	}
-	opts = append(opts, grpc.WithDefaultServiceConfig(roundRobin))
+	// Never idle: a quiet half hour must not make the next request pay a
+	// whole dial against a 20ms timeout (gRPC's default idles after 30m).
+	opts = append(opts, grpc.WithDefaultServiceConfig(roundRobin), grpc.WithIdleTimeout(0))
 	opts = append(opts, slices.Clone(cfg.DialOptions)...)
 	conn, err := grpc.NewClient(cfg.Target, opts...)
 	if err != nil {
