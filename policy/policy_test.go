@@ -197,3 +197,19 @@ func TestParseBad(t *testing.T) {
 		})
 	}
 }
+
+// A budget set through the admin API replaces the tenant's budget whole:
+// without a mode it is rebalanced, even when its tier pins tenants.
+func TestTenantBudgetOverride(t *testing.T) {
+	d, err := Parse([]byte(strings.Replace(good, "budget: {rate: 100/s, burst: 20}", "budget: {rate: 100/s, burst: 20, mode: pinned, home: us-east}", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := d.TenantBudget("x", nil); b.Mode != ModePinned || b.Home != "us-east" || b.FloorFraction != 0 {
+		t.Errorf("tier budget = %+v, want pinned to us-east with no floors", b)
+	}
+	b := d.TenantBudget("x", &Budget{Rate: "7/s", Burst: 4})
+	if b.Mode != ModeRebalanced || b.Home != "" || b.Rate != gcra.PerSecond(7) || b.Burst != 4 || b.FloorFraction != DefaultFloorFraction {
+		t.Errorf("override budget = %+v, want 7/s burst 4 rebalanced with the default floor", b)
+	}
+}

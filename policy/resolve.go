@@ -152,33 +152,19 @@ func mustRate(s string) gcra.Rate {
 }
 
 // TenantBudget returns tenant's effective budget alone (cheaper than
-// Resolve). A non-nil override — a budget set through the admin API — takes
-// precedence over the tenant's entry in the document, field by field, and
-// over its tier.
+// Resolve). A non-nil override — a budget set through the admin API, which
+// always carries a rate and a burst — replaces the tenant's budget whole:
+// its mode is its own (rebalanced when empty), not the tier's.
 func (d *Document) TenantBudget(tenant string, override *Budget) ResolvedBudget {
+	if override != nil {
+		return d.resolveBudget(*override, Budget{})
+	}
 	t := d.Tenants[tenant]
 	tierName := t.Tier
 	if tierName == "" {
 		tierName = d.DefaultTier
 	}
-	b := t.Budget
-	if override != nil {
-		b = mergeBudget(b, *override)
-	}
-	return d.resolveBudget(d.Tiers[tierName].Budget, b)
-}
-
-func mergeBudget(base, over Budget) Budget {
-	if over.Rate != "" {
-		base.Rate = over.Rate
-	}
-	if over.Burst != 0 {
-		base.Burst = over.Burst
-	}
-	if over.Mode != "" {
-		base.Mode, base.Home, base.Weights = over.Mode, over.Home, over.Weights
-	}
-	return base
+	return d.resolveBudget(d.Tiers[tierName].Budget, t.Budget)
 }
 
 // Shares returns the budget as package shares takes it.

@@ -94,7 +94,7 @@ func writeErr(w http.ResponseWriter, err error) {
 }
 
 func (s *Service) httpDecide(w http.ResponseWriter, r *http.Request) {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 256<<10))
 	dec.DisallowUnknownFields()
 	var req decideRequest
 	if err := dec.Decode(&req); err != nil {

@@ -65,9 +65,14 @@ type pod struct {
 	st   *state.Store
 }
 
-func startPod(t *testing.T, store gcra.Store, adjust func(*Config)) *pod {
+func startPod(t testing.TB, store gcra.Store, adjust func(*Config)) *pod {
 	t.Helper()
-	etcd := etcdtest.Start(t)
+	return startPodOn(t, etcdtest.Start(t), store, adjust)
+}
+
+// startPodOn starts a pod on an existing etcd and applies the test policy.
+func startPodOn(t testing.TB, etcd *etcdtest.Server, store gcra.Store, adjust func(*Config)) *pod {
+	t.Helper()
 	st := state.New(etcd.Client(t), "")
 	ctx := context.Background()
 	pol, err := os.ReadFile("testdata/policy.yaml")
@@ -125,7 +130,7 @@ func startPod(t *testing.T, store gcra.Store, adjust func(*Config)) *pod {
 	return &pod{s: s, reg: reg, http: hs, conn: conn, st: st}
 }
 
-func get(t *testing.T, url string) (int, string) {
+func get(t testing.TB, url string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
@@ -136,7 +141,7 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func postDecide(t *testing.T, p *pod, body string) (int, decideResponse, string) {
+func postDecide(t testing.TB, p *pod, body string) (int, decideResponse, string) {
 	t.Helper()
 	resp, err := http.Post(p.http.URL+"/v1/decide", "application/json", strings.NewReader(body))
 	if err != nil {
@@ -162,7 +167,7 @@ var seedTrace = []step{
 	{250 * time.Millisecond, true, 0, 0}, {0, false, 0, 150},
 }
 
-func memPod(t *testing.T) (*pod, *fakeClock) {
+func memPod(t testing.TB) (*pod, *fakeClock) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
 	mcfg := memstore.DefaultConfig()
 	mcfg.Clock = clock.Now

@@ -1,0 +1,115 @@
+package regional
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	allotv1 "github.com/allot-dev/allot/proto/allot/v1"
+)
+
+// Bad input over HTTP and gRPC answers 400 / InvalidArgument naming the
+// field; never a 500 or a panic.
+func TestBadInputTable(t *testing.T) {
+	p, _ := memPod(t)
+	many := map[string]string{"tenant": "t1"}
+	for i := range 10_000 {
+		many[fmt.Sprintf("k%d", i)] = "v"
+	}
+	manyJSON, _ := json.Marshal(map[string]any{"descriptors": many})
+	huge := `{"descriptors":{"tenant":"t1","user":"` + strings.Repeat("x", 1<<20) + `"}}`
+	cases := []struct {
+		name  string
+		body  string
+		d     map[string]string
+		cost  int64
+		field string
+	}{
+		{"malformed JSON", `{"descriptors":`, nil, 0, "body"},
+		{"missing tenant", `{"descriptors":{"user":"7"}}`, map[string]string{"user": "7"}, 1, "descriptors.tenant"},
+		{"empty tenant", `{"descriptors":{"tenant":""}}`, map[string]string{"tenant": ""}, 1, "descriptors.tenant"},
+		{"cost zero", `{"descriptors":{"tenant":"t1"},"cost":0}`, map[string]string{"tenant": "t1"}, -1, "cost"},
+		{"cost negative", `{"descriptors":{"tenant":"t1"},"cost":-1}`, map[string]string{"tenant": "t1"}, -1, "cost"},
+		{"cost above burst", `{"descriptors":{"tenant":"t1"},"cost":4}`, map[string]string{"tenant": "t1"}, 4, "cost"},
+		{"cost not a number", `{"descriptors":{"tenant":"t1"},"cost":"x"}`, nil, 0, "cost"},
+		{"1 MB body", huge, nil, 0, "body"},
+		{"10,000 descriptors", string(manyJSON), many, 1, "descriptors"},
+		{"value too long", `{"descriptors":{"tenant":"t1","user":"` + strings.Repeat("x", 2000) + `"}}`,
+			map[string]string{"tenant": "t1", "user": strings.Repeat("x", 2000)}, 1, "descriptors.user"},
+	}
+	lim := allotv1.NewLimiterClient(p.conn)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, _, raw := postDecide(t, p, c.body)
+			if code != http.StatusBadRequest || !strings.Contains(raw, c.field) {
+				t.Errorf("HTTP: %d %.200s, want 400 naming %s", code, raw, c.field)
+			}
+			if c.d == nil {
+				return
+			}
+			cost := c.cost
+			if cost == -1 {
+				cost = -5
+			}
+			_, err := lim.Decide(context.Background(), &allotv1.DecideRequest{Descriptors: c.d, Cost: cost})
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), c.field) {
+				t.Errorf("gRPC: %v, want InvalidArgument naming %s", err, c.field)
+			}
+		})
+	}
+}
+
+// Values with '{', '}', ':' and unicode are accepted and cannot forge
+// another tenant's or limit's key: each of these tenants has its own
+// budget of 3.
+func TestNoKeyForging(t *testing.T) {
+	p, _ := memPod(t)
+	tenants := []string{"t1", "t1}", "{t1", "t1:user", "t1:user:7", "t1%3Auser", "tënant", "t1 ", "用户"}
+	for _, tn := range tenants {
+		for i := range 4 {
+			d, err := p.s.Decide(context.Background(), map[string]string{"tenant": tn}, 1)
+			if err != nil {
+				t.Fatalf("Decide(%q): %v", tn, err)
+			}
+			if want := i < 3; d.Allowed != want {
+				t.Errorf("tenant %q request %d: allowed %v, want %v (its own burst of 3)", tn, i, d.Allowed, want)
+			}
+		}
+	}
+}
+
+// FuzzDecideRequest: any body is answered with a decision or a 400, never
+// a panic or a 500.
+func FuzzDecideRequest(f *testing.F) {
+	for _, s := range []string{`{"descriptors":{"tenant":"t1"},"cost":1}`, `{"descriptors":{"tenant":"a{b}:c","user":"ü"}}`, `{}`, `[]`, `{"cost":1e99}`} {
+		f.Add(s)
+	}
+	p, _ := memPod(f)
+	h := p.s.Handler(nil, "")
+	f.Fuzz(func(t *testing.T, body string) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/decide", strings.NewReader(body)))
+		if rec.Code != http.StatusOK && rec.Code != http.StatusBadRequest {
+			t.Fatalf("POST /v1/decide %q = %d %s, want 200 or 400", body, rec.Code, rec.Body)
+		}
+		var req decideRequest
+		if json.Unmarshal([]byte(body), &req) != nil {
+			return
+		}
+		cost := int64(1)
+		if req.Cost != nil {
+			cost = *req.Cost
+		}
+		if err := checkRequest(req.Descriptors, cost); err != nil && !errors.Is(err, ErrBadRequest) {
+			t.Fatalf("checkRequest(%q) = %v, not a bad request", body, err)
+		}
+	})
+}

@@ -1,0 +1,92 @@
+package regional
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/allot-dev/allot/gcra/redisstore"
+	"github.com/allot-dev/allot/internal/redistest"
+)
+
+// Kill Redis: fail-open limits keep admitting at the fallback rate and
+// fail-closed ones deny, each answering within the timeout (p99 measured
+// here), all counted; the breaker closes again when Redis returns.
+func TestRedisKilled(t *testing.T) {
+	rs := redistest.Start(t)
+	opts := redistest.ClientOptions(rs.Addr)
+	opts.MaxRetries = -1
+	rc := redis.NewClient(opts)
+	t.Cleanup(func() { _ = rc.Close() })
+	store, err := redisstore.New(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startPod(t, store, func(c *Config) {
+		c.StoreTimeout = 5 * time.Millisecond // the default
+		c.BreakerOpen = 300 * time.Millisecond
+	})
+	ctx := context.Background()
+	// Healthy: decisions come from Redis (retry while a loaded machine
+	// still misses the 5 ms timeout now and then).
+	redistest.Eventually(t, 10*time.Second, func() error {
+		d, err := p.s.Decide(ctx, map[string]string{"tenant": "warm"}, 1)
+		if err != nil || d.Fallback {
+			return errors.New("not from Redis yet")
+		}
+		return nil
+	})
+
+	rs.Kill()
+	var took []time.Duration
+	admitted := 0
+	for i := range 40 {
+		start := time.Now()
+		d, err := p.s.Decide(ctx, map[string]string{"tenant": "t2"}, 1)
+		took = append(took, time.Since(start))
+		if err != nil || !d.Fallback {
+			t.Fatalf("decision %d with Redis dead = %+v, %v; want a fallback decision", i, d, err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+		start = time.Now()
+		dl, err := p.s.Decide(ctx, map[string]string{"tenant": "t2", "route": "/login"}, 1)
+		took = append(took, time.Since(start))
+		if err != nil || dl.Allowed || !dl.Fallback || dl.Limit != "login" {
+			t.Fatalf("login with Redis dead = %+v, %v; want denied (fails closed)", dl, err)
+		}
+	}
+	slices.Sort(took)
+	p99 := took[len(took)*99/100]
+	t.Logf("decisions with Redis dead: p50 %v, p99 %v, max %v", took[len(took)/2], p99, took[len(took)-1])
+	if p99 > 10*time.Millisecond {
+		t.Errorf("p99 of decisions with Redis dead = %v, want under 10ms", p99)
+	}
+	// Open: the fallback admits its burst (3) and then 2/s; 40 quick
+	// decisions admit the burst and at most a few more.
+	if admitted < 3 || admitted > 5 {
+		t.Errorf("fallback admitted %d of 40 quick decisions, want the burst of 3 (+2/s)", admitted)
+	}
+	var counted float64
+	for _, reason := range []string{"timeout", "unavailable", "breaker_open", "error"} {
+		counted += testutil.ToFloat64(p.s.m.fallback.WithLabelValues("tenant", "us-east", reason))
+	}
+	if counted != 40 {
+		t.Errorf("fallback decisions counted for tenant = %v, want 40", counted)
+	}
+
+	rs.Restart(t)
+	redistest.Eventually(t, 10*time.Second, func() error {
+		d, err := p.s.Decide(ctx, map[string]string{"tenant": "t3"}, 1)
+		if err != nil || d.Fallback {
+			return errors.New("still in fallback")
+		}
+		return nil
+	})
+}
