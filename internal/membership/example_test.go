@@ -11,9 +11,8 @@ import (
 // Two pods of one region on loopback: the second joins the first, and both
 // count two live pods.
 func Example() {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	run := func(name string, join ...string) (*membership.Membership, chan error) {
+	run := func(name string, join ...string) (*membership.Membership, context.CancelFunc, chan error) {
+		ctx, cancel := context.WithCancel(context.Background())
 		cfg := membership.DefaultConfig()
 		cfg.Region, cfg.NodeName = "us-east", name
 		cfg.BindAddr = "127.0.0.1:0" // any free port
@@ -25,10 +24,10 @@ func Example() {
 		done := make(chan error, 1)
 		go func() { done <- m.Run(ctx) }()
 		<-m.Ready()
-		return m, done
+		return m, cancel, done
 	}
-	a, doneA := run("pod-a")
-	b, doneB := run("pod-b", a.Addr())
+	a, stopA, doneA := run("pod-a")
+	b, stopB, doneB := run("pod-b", a.Addr())
 
 	for deadline := time.Now().Add(5 * time.Second); a.LivePods() < 2 || b.LivePods() < 2; {
 		if time.Now().After(deadline) {
@@ -38,9 +37,12 @@ func Example() {
 	}
 	fmt.Println(a.LivePods(), b.Members())
 
-	cancel() // both leave and shut down
-	fmt.Println(<-doneA, <-doneB, a.LivePods())
+	stopB() // b leaves gracefully; a counts one pod at once
+	fmt.Println(<-doneB, a.LivePods())
+	stopA()
+	fmt.Println(<-doneA, a.LivePods())
 	// Output:
 	// 2 [pod-a pod-b]
-	// <nil> <nil> 1
+	// <nil> 1
+	// <nil> 1
 }

@@ -91,7 +91,8 @@ func defaultName() string {
 // Name is this pod's node name (NodeName, or the generated default).
 func (m *Membership) Name() string { return m.name }
 
-// Ready is closed once Run has bound its address; Addr is then known.
+// Ready is closed once Run has bound its address; Addr is then known. It
+// stays open if Run fails to start.
 func (m *Membership) Ready() <-chan struct{} { return m.ready }
 
 // Addr is the IP:port other pods reach this one at, or "" before Ready.
@@ -133,8 +134,9 @@ func (m *Membership) Members() []string {
 
 // Run starts gossiping on BindAddr, joins the region through the seeds
 // (retrying every JoinRetryInterval until one answers, then again every
-// RejoinInterval), and when ctx ends leaves gracefully and shuts memberlist
-// down. It returns nil after a clean stop, or the error that kept memberlist
+// RejoinInterval), and when ctx ends leaves gracefully (within
+// LeaveTimeout) and shuts memberlist down. A join in progress when ctx ends
+// is finished first: up to TCPTimeout per seed address. It returns nil after a clean stop, or the error that kept memberlist
 // from starting (an address in use, no private IP to advertise).
 func (m *Membership) Run(ctx context.Context) error {
 	if !m.started.CompareAndSwap(false, true) {
@@ -165,6 +167,7 @@ func (m *Membership) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 		n, err := ml.Join(m.cfg.Join)
+		m.met.join(n > 0)
 		switch {
 		case n > 0 && !joined:
 			joined = true
@@ -172,10 +175,8 @@ func (m *Membership) Run(ctx context.Context) error {
 		case n > 0:
 			m.log.Debug("rejoined seeds", "seeds_answered", n, "live_pods", m.LivePods())
 		case joined:
-			m.met.joinError()
 			m.log.Warn("rejoin: no seed answered", "seeds", m.cfg.Join, "err", err)
 		default:
-			m.met.joinError()
 			m.log.Warn("join: no seed answered, retrying", "seeds", m.cfg.Join, "retry_in", m.cfg.JoinRetryInterval, "err", err)
 		}
 		switch {
@@ -196,11 +197,14 @@ func (m *Membership) stop(ml *memberlist.Memberlist) {
 	if !m.noLeave.Load() {
 		// Announce the departure in the metadata first, so the others
 		// count it as a leave, not a failure; then leave.
+		// Both broadcasts together are bounded by LeaveTimeout.
+		deadline := time.Now().Add(m.cfg.LeaveTimeout)
 		m.leaving.Store(true)
 		if err := ml.UpdateNode(m.cfg.LeaveTimeout); err != nil {
 			m.log.Debug("announce leave", "err", err)
 		}
-		if err := ml.Leave(m.cfg.LeaveTimeout); err != nil {
+		// Leave(0) would wait forever: keep at least a millisecond.
+		if err := ml.Leave(max(time.Until(deadline), time.Millisecond)); err != nil {
 			m.log.Warn("leave: the other pods will notice through probes instead", "err", err)
 		}
 	}

@@ -179,6 +179,10 @@ func TestDeathIsSeenWithinSeconds(t *testing.T) {
 	}
 }
 
+func joinsOf(reg *prometheus.Registry, region, result string) prometheus.Collector {
+	return counterOf(reg, "allot_membership_join_attempts_total", prometheus.Labels{"region": region, "result": result})
+}
+
 func eventsOf(reg *prometheus.Registry, event string) prometheus.Collector {
 	return counterOf(reg, "allot_membership_events_total", prometheus.Labels{"region": "us-east", "event": event})
 }
@@ -237,7 +241,7 @@ func TestOthersAreNotCounted(t *testing.T) {
 			// x keeps trying and failing; by its third failed attempt a and
 			// b have had every chance to let it in.
 			eventually(t, 5*time.Second, func() error {
-				if got := testutil.ToFloat64(counterOf(reg, "allot_membership_join_errors_total", prometheus.Labels{"region": xc.Region})); got < 3 {
+				if got := testutil.ToFloat64(joinsOf(reg, xc.Region, "error")); got < 3 {
 					return fmt.Errorf("x: join errors = %v, want ≥ 3", got)
 				}
 				return nil
@@ -274,7 +278,7 @@ func TestJoinRetriesUntilSeedAnswers(t *testing.T) {
 	cb.Registerer = reg
 	b := start(t, cb)
 	eventually(t, 5*time.Second, func() error {
-		if got := testutil.ToFloat64(counterOf(reg, "allot_membership_join_errors_total", prometheus.Labels{"region": "us-east"})); got < 2 {
+		if got := testutil.ToFloat64(joinsOf(reg, "us-east", "error")); got < 2 {
 			return fmt.Errorf("b: join errors = %v, want ≥ 2", got)
 		}
 		return nil
@@ -286,6 +290,36 @@ func TestJoinRetriesUntilSeedAnswers(t *testing.T) {
 	ca.BindAddr = seed
 	a := start(t, ca)
 	eventually(t, 5*time.Second, wantPods(2, a, b))
+}
+
+// A seed list that includes the pod itself (a headless service resolving
+// to every pod) is harmless.
+func TestJoinIncludingSelf(t *testing.T) {
+	t.Parallel()
+	self := freeAddr(t)
+	reg := prometheus.NewRegistry()
+	ca := testConfig("us-east", "a")
+	ca.BindAddr, ca.Join, ca.Registerer = self, []string{self}, reg
+	ca.RejoinInterval = 100 * time.Millisecond
+	a := start(t, ca)
+	b := start(t, joinTo(testConfig("us-east", "b"), a))
+	eventually(t, 5*time.Second, wantPods(2, a, b))
+	// Several rejoins later: still two, no errors, b joined once.
+	eventually(t, 5*time.Second, func() error {
+		if got := testutil.ToFloat64(joinsOf(reg, "us-east", "ok")); got < 5 {
+			return fmt.Errorf("a: successful joins = %v, want ≥ 5", got)
+		}
+		return nil
+	})
+	if got := testutil.ToFloat64(eventsOf(reg, "join")); got != 1 {
+		t.Errorf("a: events{join} = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(joinsOf(reg, "us-east", "error")); got != 0 {
+		t.Errorf("a: join errors = %v, want 0", got)
+	}
+	if err := wantPods(2, a, b)(); err != nil {
+		t.Error(err)
+	}
 }
 
 func TestRejoinHealsSplit(t *testing.T) {

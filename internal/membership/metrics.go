@@ -10,9 +10,9 @@ import (
 // metrics are labelled by region only. The counters may be shared by
 // several Memberships of one process (allot dev); nil metrics count nothing.
 type metrics struct {
-	events     *prometheus.CounterVec
-	joinErrors prometheus.Counter
-	region     string
+	events *prometheus.CounterVec
+	joins  *prometheus.CounterVec
+	region string
 }
 
 func newMetrics(reg prometheus.Registerer, region string) (*metrics, error) {
@@ -24,9 +24,9 @@ func newMetrics(reg prometheus.Registerer, region string) (*metrics, error) {
 		Help: "Changes seen in the region's pod membership: join, leave (graceful), fail (declared dead), update.",
 	}, []string{"region", "event"})
 	je := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "allot_membership_join_errors_total",
-		Help: "Join or rejoin attempts in which no seed answered.",
-	}, []string{"region"})
+		Name: "allot_membership_join_attempts_total",
+		Help: "Join and rejoin attempts by result: ok (a seed answered) or error (none did).",
+	}, []string{"region", "result"})
 	var err error
 	if ev, err = register(reg, ev); err != nil {
 		return nil, err
@@ -34,9 +34,12 @@ func newMetrics(reg prometheus.Registerer, region string) (*metrics, error) {
 	if je, err = register(reg, je); err != nil {
 		return nil, err
 	}
-	m := &metrics{events: ev, joinErrors: je.WithLabelValues(region), region: region}
+	m := &metrics{events: ev, joins: je, region: region}
 	for _, e := range []string{"join", "leave", "fail", "update"} {
 		ev.WithLabelValues(region, e)
+	}
+	for _, r := range []string{"ok", "error"} {
+		je.WithLabelValues(region, r)
 	}
 	return m, nil
 }
@@ -88,8 +91,13 @@ func (mt *metrics) event(e string) {
 	}
 }
 
-func (mt *metrics) joinError() {
-	if mt != nil {
-		mt.joinErrors.Inc()
+func (mt *metrics) join(ok bool) {
+	if mt == nil {
+		return
 	}
+	result := "error"
+	if ok {
+		result = "ok"
+	}
+	mt.joins.WithLabelValues(mt.region, result).Inc()
 }
