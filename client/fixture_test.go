@@ -56,8 +56,9 @@ type limiter struct {
 func (l *limiter) Stop() { l.gs.Stop() }
 
 // startLimiter starts a limiter with testdata/policy.yaml applied and waits
-// until it is ready; everything stops when tb ends.
-func startLimiter(tb testing.TB) *limiter {
+// until it is ready; everything stops when tb ends. opts configure its gRPC
+// server (TLS).
+func startLimiter(tb testing.TB, opts ...grpc.ServerOption) *limiter {
 	tb.Helper()
 	pol, err := os.ReadFile("testdata/policy.yaml")
 	if err != nil {
@@ -100,7 +101,7 @@ func startLimiter(tb testing.TB) *limiter {
 	if err != nil {
 		tb.Fatalf("listen: %v", err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(opts...)
 	svc.RegisterGRPC(gs)
 	served := make(chan struct{})
 	go func() { defer close(served); _ = gs.Serve(lis) }()
