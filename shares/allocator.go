@@ -137,8 +137,10 @@ func (sl *slot) push(h held) {
 
 // tenantState is per tenant, beside its slots.
 type tenantState struct {
-	name string
-	rate float64 // R at the last rebalance, for DemandCap; 0 until known
+	name   string
+	rate   float64 // R at the last rebalance, for DemandCap; 0 until known
+	round  uint64  // the last rebalance whose budgets had this tenant
+	budget Budget  // its budget in that rebalance
 }
 
 // regionState is the leader's state of one region.
@@ -172,7 +174,8 @@ type Allocator struct {
 	fb, tb, cb, curB     []int64
 	rem                  []float64
 	newNames             []string
-	lastOut              int // changes the last rebalance returned
+	lastOut              int    // changes the last rebalance returned
+	round                uint64 // rebalances so far
 }
 
 // NewAllocator validates and copies cfg.
@@ -422,28 +425,29 @@ func (a *Allocator) Rebalance(now time.Time, budgets map[string]Budget) []Change
 	if a.lastOut > 0 {
 		out = make([]Change, 0, a.lastOut+a.lastOut/4)
 	}
-	known := 0
-	for k := range a.tenants {
-		b, ok := budgets[a.tenants[k].name]
+	// Walk the budgets in the map's own order (sequential memory), noting
+	// each known tenant's budget by index; then rebalance in tenant order,
+	// so that Changes and epochs are deterministic.
+	a.round++
+	a.newNames = a.newNames[:0]
+	for name, b := range budgets {
+		k, ok := a.tIdx[name]
 		if !ok {
+			a.newNames = append(a.newNames, name)
 			continue
 		}
-		known++
-		out = a.rebalanceBudget(k, &b, out)
+		a.tenants[k].budget, a.tenants[k].round = b, a.round
 	}
-	if known < len(budgets) {
-		// Tenants with a budget but no state yet: add them in sorted order.
-		a.newNames = a.newNames[:0]
-		for name := range budgets {
-			if _, ok := a.tIdx[name]; !ok {
-				a.newNames = append(a.newNames, name)
-			}
-		}
+	if len(a.newNames) > 0 {
 		first := len(a.tenants)
 		a.addNew(a.newNames)
 		for k := first; k < len(a.tenants); k++ {
-			b := budgets[a.tenants[k].name]
-			out = a.rebalanceBudget(k, &b, out)
+			a.tenants[k].budget, a.tenants[k].round = budgets[a.tenants[k].name], a.round
+		}
+	}
+	for k := range a.tenants {
+		if t := &a.tenants[k]; t.round == a.round {
+			out = a.rebalanceBudget(k, &t.budget, out)
 		}
 	}
 	a.lastOut = len(out)

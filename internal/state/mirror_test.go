@@ -15,11 +15,10 @@ import (
 )
 
 type recorder struct {
-	mu      sync.Mutex
-	kv      map[string]string
-	resets  int
-	block   chan struct{} // the first Reset waits on it
-	blocked bool
+	mu     sync.Mutex
+	kv     map[string]string
+	resets int
+	block  chan struct{} // the first Reset waits on it
 }
 
 func (r *recorder) Reset(kvs []*mvccpb.KeyValue, _ int64) {
