@@ -139,8 +139,7 @@ func Middleware(d Decider, opts ...MiddlewareOption) func(http.Handler) http.Han
 		o(&m)
 	}
 	return func(next http.Handler) http.Handler {
-		mm := m
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { mm.serve(w, r, next) })
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
 	}
 }
 
@@ -183,11 +182,11 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.limited.ServeHTTP(w, r)
 		return
 	}
-	name := dec.Limit
-	if name == "" {
-		name = "rate limit"
+	by := ""
+	if dec.Limit != "" {
+		by = fmt.Sprintf(" by %q", dec.Limit)
 	}
-	http.Error(w, fmt.Sprintf("rate limited by %q: retry after %s s", name, retryAfterSeconds(dec.RetryAfter)), http.StatusTooManyRequests)
+	http.Error(w, "rate limited"+by+": retry after "+retryAfterSeconds(dec.RetryAfter)+" s", http.StatusTooManyRequests)
 }
 
 // fail answers a request the limiter did not decide: 400 for a bad

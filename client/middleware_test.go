@@ -302,7 +302,7 @@ func TestMiddlewareResponses(t *testing.T) {
 		{"denied by the limiter's fallback", with(func(d *client.Decision) { d.RetryAfter, d.Fallback = time.Second, true }), nil, nil,
 			429, map[string]string{"Retry-After": "1"}, "", false},
 		{"denied, no limit named", client.Decision{RetryAfter: 2 * time.Second}, nil, nil,
-			429, map[string]string{"Retry-After": "2", "RateLimit": "", "RateLimit-Policy": ""}, "rate limit", false},
+			429, map[string]string{"Retry-After": "2", "RateLimit": "", "RateLimit-Policy": ""}, "rate limited: retry after 2 s", false},
 		{"denied, own limit handler", with(func(d *client.Decision) { d.RetryAfter = time.Second }), nil,
 			[]client.MiddlewareOption{client.WithLimitHandler(jsonLimited)},
 			429, map[string]string{"Retry-After": "1", "RateLimit": `"api";r=0;t=1`, "Cache-Control": "no-store", "Content-Type": "application/json"},
