@@ -59,9 +59,10 @@ func TestClusterComposite(t *testing.T) {
 	}
 
 	// Warm the cluster client's slot map and the script cache, then count.
-	tenant := limit(t, gcra.PerSecond(1000), 200)
-	user := limit(t, gcra.PerSecond(50), 2)
-	route := limit(t, gcra.PerSecond(100), 10)
+	// Slow limits: no key refills or expires while the test looks at it.
+	tenant := limit(t, gcra.PerHour(1000), 200)
+	user := limit(t, gcra.PerMinute(50), 2)
+	route := limit(t, gcra.PerHour(100), 10)
 	reqs := []gcra.Request{
 		{Key: tenantKey, Limit: tenant, Cost: 1},
 		{Key: userKey, Limit: user, Cost: 1},
