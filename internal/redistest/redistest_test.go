@@ -60,3 +60,21 @@ func TestEventuallyReturnsOnSuccess(t *testing.T) {
 		t.Fatalf("fn called %d times, want 3", n)
 	}
 }
+
+func TestRestart(t *testing.T) {
+	s := Start(t)
+	c := s.Client(t)
+	ctx := context.Background()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	addr := s.Addr
+	s.Restart(t)
+	if s.Addr != addr {
+		t.Fatalf("Restart moved the server from %s to %s", addr, s.Addr)
+	}
+	Eventually(t, 5*time.Second, func() error { return c.Ping(ctx).Err() })
+	if n, err := c.Exists(ctx, "k").Result(); err != nil || n != 0 {
+		t.Fatalf("EXISTS k after Restart = %d, %v; want an empty server", n, err)
+	}
+}
