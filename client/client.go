@@ -105,6 +105,10 @@ type Decision struct {
 	// Shadow: a shadow limit would have denied; the request is not denied
 	// for it.
 	Shadow bool
+	// Closed: denied only because the limiter's store is unavailable and
+	// the limit fails closed; the caller did not exceed its allowance. The
+	// middleware answers 503, not 429.
+	Closed bool
 	// Fallback: the limiter decided without its store (Redis failed), as the
 	// limit's on_failure says.
 	Fallback bool
@@ -238,6 +242,7 @@ func fromProto(r *allotv1.DecideResponse) Decision {
 		Limit:      r.GetLimit(),
 		Shadow:     r.GetShadow(),
 		Fallback:   r.GetFallback(),
+		Closed:     r.GetClosed(),
 		Quota:      r.GetQuota(),
 		Window:     time.Duration(r.GetWindowS()) * time.Second,
 	}

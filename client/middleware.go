@@ -178,6 +178,14 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	h.Set("Retry-After", retryAfterSeconds(dec.RetryAfter))
 	h.Set("Cache-Control", "no-store")
+	if dec.Closed {
+		// Not the caller's excess: the limiter's store is down and the
+		// limit fails closed. 503, like an unreachable limiter failing closed.
+		h.Del("RateLimit")
+		h.Del("RateLimit-Policy")
+		http.Error(w, "rate limiter unavailable: retry after "+retryAfterSeconds(dec.RetryAfter)+" s", http.StatusServiceUnavailable)
+		return
+	}
 	if m.limited != nil {
 		m.limited.ServeHTTP(w, r)
 		return

@@ -427,29 +427,20 @@ func TestExtractors(t *testing.T) {
 	}
 }
 
-// One syntax for the RateLimit fields: the client's and the regional
-// service's (forward-auth) must agree.
-func TestSetRateLimitHeadersMatchesRegional(t *testing.T) {
-	ds := []client.Decision{
-		{Allowed: true, Remaining: 2, ResetAfter: 200 * time.Millisecond, Limit: "tenant", Quota: 5, Window: time.Second},
-		{Allowed: false, Remaining: 0, RetryAfter: 200 * time.Millisecond, ResetAfter: 600 * time.Millisecond, Limit: "tenant", Quota: 5, Window: time.Second},
-		{Allowed: false, RetryAfter: 61 * time.Second, Limit: "login", Quota: 1, Window: time.Minute},
-		{Allowed: true, Remaining: 199, ResetAfter: time.Millisecond, Limit: "user-hourly.v2_x", Quota: 1000, Window: time.Hour},
-		{Allowed: true, Remaining: -3, Limit: "odd", Quota: 3, Window: 500 * time.Millisecond},
-		{Allowed: true, Limit: "", Quota: 5, Window: time.Second},
-		{Allowed: true, Limit: "none", Quota: 0},
-	}
-	for _, d := range ds {
-		got, want := http.Header{}, http.Header{}
-		client.SetRateLimitHeaders(got, d)
-		tt := d.ResetAfter
-		if !d.Allowed {
-			tt = d.RetryAfter
-		}
-		regional.SetRateLimitHeaders(want, d.Limit, d.Quota, d.Window, d.Remaining, tt)
-		if fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Errorf("SetRateLimitHeaders(%+v) = %v, regional sets %v", d, got, want)
-		}
+// A decision denied only because the limiter's store is down and the limit
+// fails closed is not the caller's excess: 503 with Retry-After, never 429,
+// and no RateLimit fields.
+func TestClosedIsNot429(t *testing.T) {
+	d := client.DeciderFunc(func(context.Context, map[string]string, int64) (client.Decision, error) {
+		return client.Decision{Limit: "login", Fallback: true, Closed: true, RetryAfter: time.Second, Quota: 1, Window: time.Minute}, nil
+	})
+	h := client.Middleware(d)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("handler ran") }))
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("GET", "/", nil)
+	req.Header.Set("X-Allot-Tenant", "t1")
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") != "1" || rec.Header().Get("RateLimit") != "" {
+		t.Errorf("closed decision = %d %v, want 503 with Retry-After 1 and no RateLimit fields", rec.Code, rec.Header())
 	}
 }
 

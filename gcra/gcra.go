@@ -227,14 +227,17 @@ func Convert(s State, now int64, l Limit) State {
 	}
 	tat := max(s.TAT, now)
 	// Used time under the old limit, shifted by the burst change, in old µs:
-	// x/T_old = B' − a', the units the key owes under the new burst.
-	x := (l.Burst-s.Burst)*s.T + (tat - now)
+	// x/T_old = B' − a', the units the key owes under the new burst. The
+	// arithmetic is on float64 in the Lua script's order (Lua numbers are
+	// doubles), so that both agree exactly even where the product leaves
+	// int64's or a double's exact range (absurd limits: bursts and
+	// intervals both near their maxima); there the debt may be rounded by
+	// at most a microsecond.
+	x := float64(float64(l.Burst-s.Burst)*float64(s.T)) + float64(tat-now)
 	if x <= 0 {
 		return State{TAT: now, T: l.T, Burst: l.Burst}
 	}
-	// float64 conversions force rounding at each step, as Lua does.
-	owed := float64(x) / float64(s.T)
-	debt := math.Ceil(float64(owed * float64(l.T)))
+	debt := math.Ceil(float64(float64(x/float64(s.T)) * float64(l.T)))
 	return State{TAT: now + int64(debt), T: l.T, Burst: l.Burst}
 }
 

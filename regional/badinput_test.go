@@ -113,3 +113,21 @@ func FuzzDecideRequest(f *testing.F) {
 		}
 	})
 }
+
+// A batch with one bad request is refused whole: nothing is charged.
+func TestDecideBatchAllChecked(t *testing.T) {
+	p, _ := memPod(t)
+	lim := allotv1.NewLimiterClient(p.conn)
+	_, err := lim.DecideBatch(context.Background(), &allotv1.DecideBatchRequest{Requests: []*allotv1.DecideRequest{
+		{Descriptors: map[string]string{"tenant": "b1"}, Cost: 3},
+		{Descriptors: map[string]string{"user": "no-tenant"}},
+	}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "requests[1]: descriptors.tenant") ||
+		strings.Count(err.Error(), "bad request") > 1 {
+		t.Fatalf("DecideBatch with a bad second request = %v, want InvalidArgument naming requests[1]: descriptors.tenant once", err)
+	}
+	d, err := p.s.Decide(context.Background(), map[string]string{"tenant": "b1"}, 3)
+	if err != nil || !d.Allowed {
+		t.Errorf("b1's full burst after the refused batch = %+v, %v; want allowed (nothing was charged)", d, err)
+	}
+}

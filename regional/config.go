@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/allot-dev/allot/gcra"
 )
@@ -37,6 +38,8 @@ type Config struct {
 	// ReportInterval is how often the pod reports to the leader. Default 2s
 	// (the coordinator's rebalance interval).
 	ReportInterval time.Duration
+	// CoordinatorCreds secures reports to the coordinator (nil: plaintext).
+	CoordinatorCreds credentials.TransportCredentials
 	// ReportTimeout bounds one report call. Default 1s.
 	ReportTimeout time.Duration
 	// Drift is subtracted from every lease, covering clock-rate differences

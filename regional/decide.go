@@ -45,6 +45,10 @@ type Decision struct {
 	Shadow bool
 	// Fallback: decided without the store (Redis failed), by on_failure.
 	Fallback bool
+	// Closed: denied only because the store is unavailable and the limit
+	// fails closed. The caller did not exceed its allowance: HTTP answers
+	// 503, not 429.
+	Closed bool
 	// Quota per Window is the limiting limit's advertised policy (the global
 	// budget for budget limits), for the RateLimit-Policy field.
 	Quota  int64
@@ -347,7 +351,7 @@ func (s *Service) fallbackDecide(ctx context.Context, p plan, reason string) Dec
 		if it.l.FailClosed {
 			s.countFallback(it.l.Name, reason, "closed")
 			q, w := quota(it.l)
-			return Decision{Limit: it.l.Name, RetryAfter: time.Second, Fallback: true, Quota: q, Window: w}
+			return Decision{Limit: it.l.Name, RetryAfter: time.Second, Fallback: true, Closed: true, Quota: q, Window: w}
 		}
 	}
 	if len(p.enforced) == 0 {

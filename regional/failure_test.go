@@ -3,6 +3,7 @@ package regional
 import (
 	"context"
 	"errors"
+	"net/http"
 	"slices"
 	"testing"
 	"time"
@@ -61,6 +62,19 @@ func TestRedisKilled(t *testing.T) {
 		if err != nil || dl.Allowed || !dl.Fallback || dl.Limit != "login" {
 			t.Fatalf("login with Redis dead = %+v, %v; want denied (fails closed)", dl, err)
 		}
+	}
+	// Over HTTP a closed limit's denial is a 503, not a 429: the caller
+	// did not exceed its allowance.
+	req, _ := http.NewRequest("GET", p.http.URL+"/v1/forward-auth", nil)
+	req.Header.Set("X-Allot-Tenant", "t2")
+	req.Header.Set("X-Allot-Route", "/login")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("forward-auth of a closed limit with Redis dead = %d %v, want 503 with Retry-After", resp.StatusCode, resp.Header)
 	}
 	slices.Sort(took)
 	p99 := took[len(took)*99/100]

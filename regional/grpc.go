@@ -3,7 +3,9 @@ package regional
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -53,6 +55,7 @@ func toProto(d Decision) *allotv1.DecideResponse {
 	return &allotv1.DecideResponse{
 		Allowed: d.Allowed, Remaining: d.Remaining, RetryAfterMs: ceilMS(d.RetryAfter), ResetAfterMs: ceilMS(d.ResetAfter),
 		Limit: d.Limit, Shadow: d.Shadow, Fallback: d.Fallback, Quota: d.Quota, WindowS: int64(d.Window / time.Second),
+		Closed: d.Closed,
 	}
 }
 
@@ -75,6 +78,13 @@ func (a limiterAPI) DecideBatch(ctx context.Context, r *allotv1.DecideBatchReque
 	if len(r.GetRequests()) > maxBatch {
 		return nil, GRPCError(badRequest("requests: %d, at most %d per batch", len(r.GetRequests()), maxBatch))
 	}
+	// Check every request before deciding any, so that a bad one charges
+	// nothing.
+	for i, q := range r.GetRequests() {
+		if err := checkRequest(q.GetDescriptors(), protoCost(q.GetCost())); err != nil {
+			return nil, GRPCError(badRequestAt(i, err))
+		}
+	}
 	out := &allotv1.DecideBatchResponse{Responses: make([]*allotv1.DecideResponse, 0, len(r.GetRequests()))}
 	for i, q := range r.GetRequests() {
 		d, err := a.s.Decide(ctx, q.GetDescriptors(), protoCost(q.GetCost()))
@@ -86,9 +96,10 @@ func (a limiterAPI) DecideBatch(ctx context.Context, r *allotv1.DecideBatchReque
 	return out, nil
 }
 
+// badRequestAt names request i in a bad request's message.
 func badRequestAt(i int, err error) error {
 	if errors.Is(err, ErrBadRequest) {
-		return badRequest("requests[%d]: %v", i, err)
+		return badRequest("requests[%d]: %s", i, strings.TrimPrefix(err.Error(), ErrBadRequest.Error()+": "))
 	}
 	return err
 }
@@ -128,7 +139,7 @@ func (a rlsAPI) ShouldRateLimit(ctx context.Context, r *rlsv3.RateLimitRequest) 
 		dec, err := a.s.Decide(ctx, d, c)
 		if err != nil {
 			if errors.Is(err, ErrBadRequest) {
-				err = badRequest("descriptors[%d]: %v", i, err)
+				err = badRequest("descriptors[%d]: %s", i, strings.TrimPrefix(err.Error(), ErrBadRequest.Error()+": "))
 			}
 			return nil, GRPCError(err)
 		}
@@ -158,18 +169,16 @@ func (a rlsAPI) ShouldRateLimit(ctx context.Context, r *rlsv3.RateLimitRequest) 
 		}
 		resp.Statuses = append(resp.Statuses, st)
 	}
-	if worst != nil && worst.Quota > 0 {
-		t := worst.ResetAfter
+	if worst != nil {
+		h := http.Header{}
+		setRateLimitHeaders(h, *worst)
 		if !worst.Allowed {
-			t = worst.RetryAfter
+			h.Set("Retry-After", strconv.FormatInt(max(1, ceilSeconds(worst.RetryAfter)), 10))
 		}
-		w := max(1, int64(worst.Window/time.Second))
-		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
-			header("RateLimit-Policy", strconv.Quote(worst.Limit)+";q="+strconv.FormatInt(worst.Quota, 10)+";w="+strconv.FormatInt(w, 10)),
-			header("RateLimit", strconv.Quote(worst.Limit)+";r="+strconv.FormatInt(max(0, worst.Remaining), 10)+";t="+strconv.FormatInt(ceilSeconds(t), 10)))
-		if !worst.Allowed {
-			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
-				header("Retry-After", strconv.FormatInt(max(1, ceilSeconds(worst.RetryAfter)), 10)))
+		for _, k := range []string{"RateLimit-Policy", "RateLimit", "Retry-After"} {
+			if v := h.Get(k); v != "" {
+				resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, header(k, v))
+			}
 		}
 	}
 	return resp, nil

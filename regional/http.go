@@ -12,12 +12,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/allot-dev/allot/client"
 )
 
 // DefaultHeaderPrefix is where forward-auth reads descriptors from:
 // X-Allot-Tenant: t42 is the descriptor tenant=t42, X-Allot-Api-Key: k is
 // api_key=k (lower case, dashes as underscores). X-Allot-Cost is the cost.
-const DefaultHeaderPrefix = "X-Allot-"
+const DefaultHeaderPrefix = client.DefaultHeaderPrefix
 
 // decideRequest is the body of POST /v1/decide.
 type decideRequest struct {
@@ -34,6 +36,7 @@ type decideResponse struct {
 	Limit        string `json:"limit"`
 	Shadow       bool   `json:"shadow"`
 	Fallback     bool   `json:"fallback,omitempty"`
+	Closed       bool   `json:"closed,omitempty"`
 }
 
 // ceilMS rounds a duration up to whole milliseconds.
@@ -112,7 +115,7 @@ func (s *Service) httpDecide(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, decideResponse{
 		Allowed: d.Allowed, Remaining: d.Remaining, RetryAfterMS: ceilMS(d.RetryAfter), ResetAfterMS: ceilMS(d.ResetAfter),
-		Limit: d.Limit, Shadow: d.Shadow, Fallback: d.Fallback,
+		Limit: d.Limit, Shadow: d.Shadow, Fallback: d.Fallback, Closed: d.Closed,
 	})
 }
 
@@ -120,18 +123,16 @@ func (s *Service) httpDecide(w http.ResponseWriter, r *http.Request) {
 // key: lower case, dashes as underscores.
 func descriptorName(h string) string { return strings.ReplaceAll(strings.ToLower(h), "-", "_") }
 
-// SetRateLimitHeaders sets the RateLimit and RateLimit-Policy fields of
-// draft-ietf-httpapi-ratelimit-headers-10 (pinned to revision -10): the
-// policy advertises the limiting limit's quota q per window w seconds (the
-// global budget for budget limits); RateLimit its remaining units r in this
-// region and the seconds t until more quota.
-func SetRateLimitHeaders(h http.Header, name string, quota int64, window time.Duration, remaining int64, t time.Duration) {
-	if name == "" || quota <= 0 {
-		return
-	}
-	w := max(1, int64(window/time.Second))
-	h.Set("RateLimit-Policy", fmt.Sprintf("%q;q=%d;w=%d", name, quota, w))
-	h.Set("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", name, max(0, remaining), ceilSeconds(t)))
+// setRateLimitHeaders sets the RateLimit and RateLimit-Policy fields of
+// draft-ietf-httpapi-ratelimit-headers-10 for d, with the one definition of
+// their syntax (client.SetRateLimitHeaders): the policy advertises the
+// limiting limit's quota per window (the global budget for budget limits),
+// RateLimit its remaining units in this region and the seconds until more.
+func setRateLimitHeaders(h http.Header, d Decision) {
+	client.SetRateLimitHeaders(h, client.Decision{
+		Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter,
+		Limit: d.Limit, Quota: d.Quota, Window: d.Window,
+	})
 }
 
 func (s *Service) forwardAuth(w http.ResponseWriter, r *http.Request, prefix string) {
@@ -159,13 +160,19 @@ func (s *Service) forwardAuth(w http.ResponseWriter, r *http.Request, prefix str
 		return
 	}
 	if dec.Allowed {
-		SetRateLimitHeaders(w.Header(), dec.Limit, dec.Quota, dec.Window, dec.Remaining, dec.ResetAfter)
+		setRateLimitHeaders(w.Header(), dec)
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	SetRateLimitHeaders(w.Header(), dec.Limit, dec.Quota, dec.Window, dec.Remaining, dec.RetryAfter)
 	w.Header().Set("Retry-After", strconv.FormatInt(max(1, ceilSeconds(dec.RetryAfter)), 10))
 	w.Header().Set("Cache-Control", "no-store") // RFC 6585: 429 must not be cached
+	if dec.Closed {
+		// Not the caller's excess: the limiter's store is unavailable and
+		// this limit fails closed.
+		http.Error(w, fmt.Sprintf("limit %q unavailable (fails closed): retry after %d s", dec.Limit, max(1, ceilSeconds(dec.RetryAfter))), http.StatusServiceUnavailable)
+		return
+	}
+	setRateLimitHeaders(w.Header(), dec)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(http.StatusTooManyRequests)
 	_, _ = fmt.Fprintf(w, "rate limited by %q: retry after %d s\n", dec.Limit, max(1, ceilSeconds(dec.RetryAfter)))

@@ -27,8 +27,12 @@ type reporter struct {
 }
 
 func newReporter(s *Service) *reporter {
+	creds := s.cfg.CoordinatorCreds
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
 	return &reporter{s: s, dial: func(addr string) (*grpc.ClientConn, error) {
-		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		return grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	}}
 }
 

@@ -20,9 +20,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/allot-dev/allot/coordinator"
+	"github.com/allot-dev/allot/internal/tlsconfig"
 )
 
 func init() { register(newCoordinatorCmd) }
@@ -41,6 +43,8 @@ type coordinatorOpts struct {
 	adminTokenFile string
 	insecureAdmin  bool
 	logLevel       string
+	serverTLS      tlsconfig.Server
+	etcdTLS        tlsconfig.Client
 }
 
 func newCoordinatorCmd(s *streams) *cobra.Command {
@@ -78,6 +82,8 @@ the token in --admin-token-file unless --insecure-admin.`,
 	f.StringVar(&o.adminTokenFile, "admin-token-file", "", "file holding the bearer token admin writes must carry")
 	f.BoolVar(&o.insecureAdmin, "insecure-admin", false, "accept admin writes without a token")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	serverTLSFlags(f, &o.serverTLS)
+	clientTLSFlags(f, &o.etcdTLS, "etcd-tls", "etcd")
 	return c
 }
 
@@ -99,12 +105,16 @@ func splitList(s string) []string {
 	return out
 }
 
-func newEtcdClient(endpoints string) (*clientv3.Client, error) {
+func newEtcdClient(endpoints string, tc tlsconfig.Client) (*clientv3.Client, error) {
 	eps := splitList(endpoints)
 	if len(eps) == 0 {
 		return nil, usagef("--etcd is required, e.g. --etcd http://127.0.0.1:2379")
 	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cfg := clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	if err := etcdTLS(&cfg, tc); err != nil {
+		return nil, err
+	}
+	c, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("etcd %v: %w", eps, err)
 	}
@@ -139,7 +149,11 @@ func runCoordinator(ctx context.Context, s *streams, o coordinatorOpts) error {
 	if o.id == "" {
 		o.id, _ = os.Hostname()
 	}
-	etcd, err := newEtcdClient(o.etcd)
+	grpcOpts, httpTLS, err := serverOptions(o.serverTLS)
+	if err != nil {
+		return err
+	}
+	etcd, err := newEtcdClient(o.etcd, o.etcdTLS)
 	if err != nil {
 		return err
 	}
@@ -167,7 +181,7 @@ func runCoordinator(ctx context.Context, s *streams, o coordinatorOpts) error {
 		_ = gl.Close()
 		return err
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(append(grpcOpts, keepalivePolicy)...)
 	coord.RegisterGRPC(gs, auth)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
@@ -178,7 +192,7 @@ func runCoordinator(ctx context.Context, s *streams, o coordinatorOpts) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return coord.Run(gctx) })
 	g.Go(func() error { return ignoreClosed(gs.Serve(gl)) })
-	g.Go(func() error { return ignoreClosed(httpSrv.Serve(hl)) })
+	g.Go(func() error { return ignoreClosed(serveHTTP(httpSrv, hl, httpTLS)) })
 	g.Go(func() error {
 		<-gctx.Done()
 		// Reverse order under a deadline: stop taking requests, then the
@@ -208,6 +222,10 @@ func ignoreClosed(err error) error {
 	}
 	return err
 }
+
+// keepalivePolicy lets clients ping every 5 s, so that they notice a dead
+// server quickly (gRPC's default refuses pings more often than every 5 min).
+var keepalivePolicy = grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true})
 
 // stopGRPC stops gs gracefully, forcibly after d.
 func stopGRPC(gs *grpc.Server, d time.Duration) {

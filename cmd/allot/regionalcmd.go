@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"net/http"
 	"os"
 	"strings"
@@ -13,11 +14,14 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/allot-dev/allot/gcra/redisstore"
+	"github.com/allot-dev/allot/internal/membership"
+	"github.com/allot-dev/allot/internal/tlsconfig"
 	"github.com/allot-dev/allot/regional"
 )
 
@@ -42,6 +46,16 @@ type regionalOpts struct {
 	drift             time.Duration
 	headerPrefix      string
 	logLevel          string
+	gossipListen      string
+	gossipAdvertise   string
+	gossipJoin        string
+	gossipKeyFile     string
+	gossipProbe       time.Duration
+	gossipRejoin      time.Duration
+	serverTLS         tlsconfig.Server
+	redisTLS          tlsconfig.Client
+	etcdTLS           tlsconfig.Client
+	coordTLS          tlsconfig.Client
 }
 
 func newRegionalCmd(s *streams) *cobra.Command {
@@ -85,6 +99,17 @@ reflection. HTTP: POST /v1/decide, GET /v1/forward-auth, /metrics, /healthz,
 	f.DurationVar(&o.drift, "lease-drift", def.Drift, "margin subtracted from every lease for clock-rate differences with the leader")
 	f.StringVar(&o.headerPrefix, "header-prefix", regional.DefaultHeaderPrefix, "forward-auth reads descriptors from headers with this prefix")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	mdef := membership.DefaultConfig()
+	f.StringVar(&o.gossipListen, "gossip-listen", "", "memberlist address among this region's pods, e.g. 0.0.0.0:7946 (default: off, the pod counts itself alone)")
+	f.StringVar(&o.gossipAdvertise, "gossip-advertise", "", "IP or IP:port other pods reach this one at (default: --gossip-listen, or this host's first private IP)")
+	f.StringVar(&o.gossipJoin, "gossip-join", "", "seeds: other pods of the region, comma-separated (a headless service name is fine)")
+	f.StringVar(&o.gossipKeyFile, "gossip-key-file", "", "file holding a base64 key of 16, 24 or 32 bytes that encrypts gossip (same on every pod of the region)")
+	f.DurationVar(&o.gossipProbe, "gossip-probe-interval", mdef.ProbeInterval, "pause between probes of random pods (a dead pod is noticed after a few)")
+	f.DurationVar(&o.gossipRejoin, "gossip-rejoin-interval", mdef.RejoinInterval, "how often to join the seeds again, healing splits (0: never)")
+	serverTLSFlags(f, &o.serverTLS)
+	clientTLSFlags(f, &o.redisTLS, "redis-tls", "Redis")
+	clientTLSFlags(f, &o.etcdTLS, "etcd-tls", "etcd")
+	clientTLSFlags(f, &o.coordTLS, "coordinator-tls", "the coordinator")
 	return c
 }
 
@@ -116,25 +141,74 @@ func runRegional(ctx context.Context, s *streams, o regionalOpts) error {
 		}
 		ropts.Password = strings.TrimSpace(string(b))
 	}
+	if o.redisTLS.Enabled() {
+		if err := o.redisTLS.Validate(); err != nil {
+			return usageError{err}
+		}
+		if err := o.redisTLS.ApplyRedis(ropts); err != nil {
+			return err
+		}
+	}
+	grpcOpts, httpTLS, err := serverOptions(o.serverTLS)
+	if err != nil {
+		return err
+	}
+	var coordCreds credentials.TransportCredentials
+	if o.coordTLS.Enabled() {
+		if err := o.coordTLS.Validate(); err != nil {
+			return usageError{err}
+		}
+		if coordCreds, err = o.coordTLS.TransportCredentials(); err != nil {
+			return err
+		}
+	}
 	rc := redis.NewUniversalClient(ropts)
 	defer rc.Close()
 	store, err := redisstore.New(rc)
 	if err != nil {
 		return err
 	}
-	etcd, err := newEtcdClient(o.etcd)
+	etcd, err := newEtcdClient(o.etcd, o.etcdTLS)
 	if err != nil {
 		return err
 	}
 	defer etcd.Close()
 
 	reg := prometheus.NewRegistry()
+	var members *membership.Membership
+	if o.gossipListen != "" {
+		mc := membership.DefaultConfig()
+		mc.Region, mc.BindAddr, mc.AdvertiseAddr, mc.Join = o.region, o.gossipListen, o.gossipAdvertise, splitList(o.gossipJoin)
+		mc.ProbeInterval, mc.RejoinInterval = o.gossipProbe, o.gossipRejoin
+		if o.pod != "" {
+			mc.NodeName = o.pod
+		}
+		if o.gossipKeyFile != "" {
+			b, err := os.ReadFile(o.gossipKeyFile)
+			if err != nil {
+				return usagef("--gossip-key-file: %v", err)
+			}
+			if mc.SecretKey, err = base64.StdEncoding.DecodeString(strings.TrimSpace(string(b))); err != nil {
+				return usagef("--gossip-key-file: not base64: %v", err)
+			}
+		}
+		mc.Logger, mc.Registerer = log, reg
+		if members, err = membership.New(mc); err != nil {
+			return usageError{err}
+		}
+	} else if o.gossipJoin != "" {
+		return usagef("--gossip-join needs --gossip-listen")
+	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg := regional.DefaultConfig()
 	cfg.Region, cfg.Pod, cfg.Store, cfg.Etcd, cfg.Prefix = o.region, o.pod, store, etcd, o.prefix
 	cfg.StoreTimeout, cfg.ReportInterval = o.storeTimeout, o.reportInterval
 	cfg.BreakerFailures, cfg.BreakerOpen, cfg.Drift = o.breakerFailures, o.breakerOpen, o.drift
 	cfg.Logger, cfg.Registerer = log, reg
+	cfg.CoordinatorCreds = coordCreds
+	if members != nil {
+		cfg.LivePods = members.LivePods
+	}
 	svc, err := regional.New(cfg)
 	if err != nil {
 		return usageError{err}
@@ -148,7 +222,7 @@ func runRegional(ctx context.Context, s *streams, o regionalOpts) error {
 		_ = gl.Close()
 		return err
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(append(grpcOpts, keepalivePolicy)...)
 	svc.RegisterGRPC(gs)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
@@ -160,7 +234,10 @@ func runRegional(ctx context.Context, s *streams, o regionalOpts) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return svc.Run(gctx) })
 	g.Go(func() error { return ignoreClosed(gs.Serve(gl)) })
-	g.Go(func() error { return ignoreClosed(httpSrv.Serve(hl)) })
+	g.Go(func() error { return ignoreClosed(serveHTTP(httpSrv, hl, httpTLS)) })
+	if members != nil {
+		g.Go(func() error { return members.Run(gctx) })
+	}
 	g.Go(func() error {
 		// gRPC health follows readiness.
 		t := time.NewTicker(500 * time.Millisecond)

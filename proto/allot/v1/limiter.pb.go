@@ -93,7 +93,10 @@ type DecideResponse struct {
 	// Quota of the limiting limit, for RateLimit-Policy: units per window.
 	Quota int64 `protobuf:"varint,8,opt,name=quota,proto3" json:"quota,omitempty"`
 	// Window of that quota, in seconds.
-	WindowS       int64 `protobuf:"varint,9,opt,name=window_s,json=windowS,proto3" json:"window_s,omitempty"`
+	WindowS int64 `protobuf:"varint,9,opt,name=window_s,json=windowS,proto3" json:"window_s,omitempty"`
+	// True when denied only because the store is unavailable and the limit
+	// fails closed: not the caller's excess (HTTP answers 503, not 429).
+	Closed        bool `protobuf:"varint,10,opt,name=closed,proto3" json:"closed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -189,6 +192,13 @@ func (x *DecideResponse) GetWindowS() int64 {
 		return x.WindowS
 	}
 	return 0
+}
+
+func (x *DecideResponse) GetClosed() bool {
+	if x != nil {
+		return x.Closed
+	}
+	return false
 }
 
 type DecideBatchRequest struct {
@@ -290,7 +300,7 @@ const file_allot_v1_limiter_proto_rawDesc = "" +
 	"\x04cost\x18\x02 \x01(\x03R\x04cost\x1a>\n" +
 	"\x10DescriptorsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8f\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa7\x02\n" +
 	"\x0eDecideResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x1c\n" +
 	"\tremaining\x18\x02 \x01(\x03R\tremaining\x12$\n" +
@@ -300,7 +310,9 @@ const file_allot_v1_limiter_proto_rawDesc = "" +
 	"\x06shadow\x18\x06 \x01(\bR\x06shadow\x12\x1a\n" +
 	"\bfallback\x18\a \x01(\bR\bfallback\x12\x14\n" +
 	"\x05quota\x18\b \x01(\x03R\x05quota\x12\x19\n" +
-	"\bwindow_s\x18\t \x01(\x03R\awindowS\"I\n" +
+	"\bwindow_s\x18\t \x01(\x03R\awindowS\x12\x16\n" +
+	"\x06closed\x18\n" +
+	" \x01(\bR\x06closed\"I\n" +
 	"\x12DecideBatchRequest\x123\n" +
 	"\brequests\x18\x01 \x03(\v2\x17.allot.v1.DecideRequestR\brequests\"M\n" +
 	"\x13DecideBatchResponse\x126\n" +
