@@ -42,6 +42,10 @@ fuzz: ## run every fuzz target for FUZZTIME each
 sim: build ## run every simulator scenario and print the table
 	$(BIN) sim
 
+.PHONY: images
+images: ## build the e2e images offline (allot, allot-etcd, allot-redis; skipped when the tag for the current content exists)
+	$(GO) run ./deploy/images/build
+
 .PHONY: lint
 lint: ## golangci-lint with .golangci.yml (installs the pinned version if missing)
 	@test -x $(GOBIN)/golangci-lint || $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
