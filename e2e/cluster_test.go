@@ -1,0 +1,535 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	mobynet "github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/client"
+	"github.com/testcontainers/testcontainers-go"
+	"github.com/testcontainers/testcontainers-go/network"
+	"github.com/testcontainers/testcontainers-go/wait"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/allot-dev/allot/coordinator"
+	allotv1 "github.com/allot-dev/allot/proto/allot/v1"
+)
+
+// topology is the shape of a cluster and its timings.
+type topology struct {
+	Regions       []string
+	PodsPerRegion int
+	Etcd          int
+	Coordinators  int
+	// Interval is the rebalance and report interval P; Lease the lease L
+	// the coordinators grant; SessionTTL the election session TTL; Drift
+	// the pods' lease drift margin.
+	Interval, Lease, SessionTTL, Drift time.Duration
+}
+
+// node is one container and the aliases it has on each network (kept to
+// reconnect it after a cut).
+type node struct {
+	name    string
+	c       *testcontainers.DockerContainer
+	aliases map[string][]string // network ID -> aliases
+}
+
+// pod is a regional pod and its public endpoints on loopback.
+type pod struct {
+	*node
+	region   string
+	grpcAddr string
+	httpAddr string
+	conn     *grpc.ClientConn
+	lim      allotv1.LimiterClient
+}
+
+// coord is a coordinator replica and its HTTP endpoint on loopback.
+type coord struct {
+	*node
+	id       string
+	httpAddr string
+}
+
+type region struct {
+	name  string
+	net   *testcontainers.DockerNetwork
+	redis *node
+	pods  []*pod
+}
+
+// cluster is a running topology.
+type cluster struct {
+	topo     topology
+	mgmt     *testcontainers.DockerNetwork
+	backbone *testcontainers.DockerNetwork
+	etcd     []*node
+	coords   []*coord
+	regions  []*region
+	labels   map[string]string
+	http     *http.Client
+
+	mu    sync.Mutex
+	nodes []*node
+}
+
+func (c *cluster) region(name string) *region {
+	for _, r := range c.regions {
+		if r.name == name {
+			return r
+		}
+	}
+	panic("no region " + name)
+}
+
+// startCluster starts topo and registers its teardown (container logs are
+// written to out/logs/ first).
+func startCluster(t *testing.T, topo topology) *cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	start := time.Now()
+	c := &cluster{
+		topo:   topo,
+		labels: map[string]string{labelKey: "1", labelKey + ".test": t.Name()},
+		http:   &http.Client{Timeout: 5 * time.Second},
+	}
+	t.Cleanup(func() { c.teardown(t) })
+	var err error
+	newNet := func(internal bool) (*testcontainers.DockerNetwork, error) {
+		opts := []network.NetworkCustomizer{network.WithLabels(c.labels)}
+		if internal {
+			opts = append(opts, network.WithInternal())
+		}
+		return network.New(ctx, opts...)
+	}
+	if c.mgmt, err = newNet(false); err != nil {
+		t.Fatalf("management network: %v", err)
+	}
+	if c.backbone, err = newNet(true); err != nil {
+		t.Fatalf("backbone network: %v", err)
+	}
+	for _, name := range topo.Regions {
+		nw, err := newNet(true)
+		if err != nil {
+			t.Fatalf("network of %s: %v", name, err)
+		}
+		c.regions = append(c.regions, &region{name: name, net: nw})
+	}
+
+	// etcd: every member starts at once (a member is healthy only once
+	// the cluster has a leader).
+	var members []string
+	for i := range topo.Etcd {
+		members = append(members, fmt.Sprintf("etcd-%d=http://etcd-%d:2380", i, i))
+	}
+	c.etcd = make([]*node, topo.Etcd)
+	g, gctx := errgroup.WithContext(ctx)
+	for i := range topo.Etcd {
+		name := fmt.Sprintf("etcd-%d", i)
+		g.Go(func() error {
+			n, err := c.run(gctx, name, imgs.Etcd, []string{
+				"--name", name, "--data-dir", "/var/lib/etcd/data",
+				"--listen-client-urls", "http://0.0.0.0:2379", "--advertise-client-urls", "http://" + name + ":2379",
+				"--listen-peer-urls", "http://0.0.0.0:2380", "--initial-advertise-peer-urls", "http://" + name + ":2380",
+				"--initial-cluster", strings.Join(members, ","), "--initial-cluster-state", "new",
+				"--initial-cluster-token", "allot-e2e", "--log-level", "warn",
+			}, []string{"2379/tcp"}, wait.ForHTTP("/health").WithPort("2379/tcp").WithStartupTimeout(2*time.Minute),
+				netAlias{c.backbone, []string{name}})
+			c.etcd[i] = n
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatalf("etcd: %v", err)
+	}
+	etcdURLs := strings.Join(c.etcdEndpoints(), ",")
+
+	c.coords = make([]*coord, topo.Coordinators)
+	g, gctx = errgroup.WithContext(ctx)
+	for i := range topo.Coordinators {
+		name := fmt.Sprintf("coord-%d", i)
+		g.Go(func() error {
+			n, err := c.run(gctx, name, imgs.Allot, []string{
+				"coordinator", "--id", name, "--etcd", etcdURLs,
+				"--grpc-listen", "0.0.0.0:7071", "--http-listen", "0.0.0.0:7070",
+				"--advertise-grpc", name + ":7071", "--advertise-http", name + ":7070",
+				"--insecure-admin", "--log-level", "info",
+				"--rebalance-interval", topo.Interval.String(), "--lease", topo.Lease.String(),
+				"--session-ttl", topo.SessionTTL.String(),
+			}, []string{"7070/tcp"}, wait.ForHTTP("/healthz").WithPort("7070/tcp").WithStartupTimeout(time.Minute),
+				netAlias{c.backbone, []string{name}})
+			if err != nil {
+				return err
+			}
+			addr, err := n.c.PortEndpoint(gctx, "7070/tcp", "")
+			c.coords[i] = &coord{node: n, id: name, httpAddr: addr}
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatalf("coordinators: %v", err)
+	}
+	policy, err := os.ReadFile(filepath.Join("testdata", "policy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.put(ctx, c.coords[0], "/v1/policy?note=e2e", policy); err != nil {
+		t.Fatalf("apply the e2e policy: %v", err)
+	}
+
+	// Regions: Redis, then the pods, every region at once.
+	g, gctx = errgroup.WithContext(ctx)
+	for _, r := range c.regions {
+		g.Go(func() error { return c.startRegion(gctx, r, etcdURLs) })
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatalf("regions: %v", err)
+	}
+	t.Logf("cluster up in %v: %d etcd, %d coordinators, %d regions × (Redis + %d pods); P=%v L=%v TTL=%v",
+		time.Since(start).Round(time.Millisecond), topo.Etcd, topo.Coordinators, len(topo.Regions), topo.PodsPerRegion,
+		topo.Interval, topo.Lease, topo.SessionTTL)
+	return c
+}
+
+func (c *cluster) etcdEndpoints() []string {
+	var out []string
+	for i := range c.topo.Etcd {
+		out = append(out, fmt.Sprintf("http://etcd-%d:2379", i))
+	}
+	return out
+}
+
+func (c *cluster) startRegion(ctx context.Context, r *region, etcdURLs string) error {
+	var err error
+	if r.redis, err = c.run(ctx, r.name+"-redis", imgs.Redis, []string{"--port", "6379"}, []string{"6379/tcp"},
+		wait.ForListeningPort("6379/tcp").WithStartupTimeout(time.Minute), netAlias{r.net, []string{"redis"}}); err != nil {
+		return err
+	}
+	var seeds []string
+	for i := range c.topo.PodsPerRegion {
+		seeds = append(seeds, fmt.Sprintf("%s-%d:7946", r.name, i))
+	}
+	r.pods = make([]*pod, c.topo.PodsPerRegion)
+	g, gctx := errgroup.WithContext(ctx)
+	for i := range c.topo.PodsPerRegion {
+		name := fmt.Sprintf("%s-%d", r.name, i)
+		g.Go(func() error {
+			n, err := c.run(gctx, name, imgs.Allot, []string{
+				"regional", "--region", r.name, "--pod", name, "--redis", "redis:6379", "--etcd", etcdURLs,
+				"--grpc-listen", "0.0.0.0:8081", "--http-listen", "0.0.0.0:8080",
+				"--report-interval", c.topo.Interval.String(), "--lease-drift", c.topo.Drift.String(),
+				"--gossip-listen", "0.0.0.0:7946", "--gossip-join", strings.Join(seeds, ","),
+				"--log-level", "info",
+			}, []string{"8080/tcp", "8081/tcp"}, wait.ForHTTP("/readyz").WithPort("8080/tcp").WithStartupTimeout(2*time.Minute),
+				netAlias{r.net, []string{name}}, netAlias{c.backbone, []string{name}})
+			if err != nil {
+				return err
+			}
+			p := &pod{node: n, region: r.name}
+			if p.grpcAddr, err = n.c.PortEndpoint(gctx, "8081/tcp", ""); err != nil {
+				return err
+			}
+			if p.httpAddr, err = n.c.PortEndpoint(gctx, "8080/tcp", ""); err != nil {
+				return err
+			}
+			if p.conn, err = grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+				return err
+			}
+			p.lim = allotv1.NewLimiterClient(p.conn)
+			r.pods[i] = p
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+type netAlias struct {
+	nw      *testcontainers.DockerNetwork
+	aliases []string
+}
+
+// run starts one labelled container on the management network (first, so
+// its published ports live there) and the given networks.
+func (c *cluster) run(ctx context.Context, name, image string, cmd, ports []string, w wait.Strategy, nets ...netAlias) (*node, error) {
+	n := &node{name: name, aliases: map[string][]string{}}
+	opts := []testcontainers.ContainerCustomizer{
+		testcontainers.WithCmd(cmd...),
+		testcontainers.WithLabels(c.labels),
+		testcontainers.WithExposedPorts(ports...),
+		testcontainers.WithWaitStrategyAndDeadline(3*time.Minute, w),
+		network.WithNetwork(nil, c.mgmt),
+		testcontainers.WithConfigModifier(func(cfg *container.Config) {
+			cfg.Hostname = name
+			stop := 2
+			cfg.StopTimeout = &stop
+		}),
+	}
+	for _, na := range nets {
+		opts = append(opts, network.WithNetwork(na.aliases, na.nw))
+		n.aliases[na.nw.ID] = na.aliases
+	}
+	ctr, err := testcontainers.Run(ctx, image, opts...)
+	if ctr != nil {
+		n.c = ctr
+		c.mu.Lock()
+		c.nodes = append(c.nodes, n)
+		c.mu.Unlock()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	return n, nil
+}
+
+// teardown writes every container's log to out/logs and removes the
+// containers and networks.
+func (c *cluster) teardown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, r := range c.regions {
+		for _, p := range r.pods {
+			if p != nil && p.conn != nil {
+				_ = p.conn.Close()
+			}
+		}
+	}
+	dir := filepath.Join(outDir, "logs", sanitize(t.Name()))
+	_ = os.RemoveAll(dir)
+	_ = os.MkdirAll(dir, 0o755)
+	c.mu.Lock()
+	nodes := append([]*node(nil), c.nodes...)
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Go(func() {
+			if rc, err := n.c.Logs(ctx); err == nil {
+				var buf bytes.Buffer
+				_, _ = io.Copy(&buf, rc)
+				_ = rc.Close()
+				_ = os.WriteFile(filepath.Join(dir, n.name+".log"), demux(buf.Bytes()), 0o644)
+			}
+			if err := n.c.Terminate(ctx, testcontainers.StopTimeout(time.Second)); err != nil {
+				t.Logf("terminate %s: %v", n.name, err)
+			}
+		})
+	}
+	wg.Wait()
+	nets := []*testcontainers.DockerNetwork{c.mgmt, c.backbone}
+	for _, r := range c.regions {
+		nets = append(nets, r.net)
+	}
+	for _, nw := range nets {
+		if nw != nil {
+			if err := nw.Remove(ctx); err != nil {
+				t.Logf("remove network %s: %v", nw.Name, err)
+			}
+		}
+	}
+}
+
+// demux strips Docker's 8-byte stream headers from a non-TTY log stream.
+func demux(b []byte) []byte {
+	var out bytes.Buffer
+	for len(b) >= 8 {
+		n := int(b[4])<<24 | int(b[5])<<16 | int(b[6])<<8 | int(b[7])
+		if b[0] > 2 || b[1] != 0 || 8+n > len(b) {
+			out.Write(b)
+			break
+		}
+		out.Write(b[8 : 8+n])
+		b = b[8+n:]
+	}
+	return out.Bytes()
+}
+
+func sanitize(s string) string {
+	return strings.NewReplacer("/", "_", " ", "_").Replace(s)
+}
+
+// ---- faults ----
+
+// cut disconnects a region's pods from the backbone: they keep their Redis,
+// their peers and their clients, and lose etcd and the coordinators.
+func (c *cluster) cut(ctx context.Context, r *region) error {
+	for _, p := range r.pods {
+		if _, err := docker.NetworkDisconnect(ctx, c.backbone.ID, client.NetworkDisconnectOptions{Container: p.c.GetContainerID(), Force: true}); err != nil {
+			return fmt.Errorf("disconnect %s: %w", p.name, err)
+		}
+	}
+	return nil
+}
+
+// heal reconnects a region's pods to the backbone with their aliases.
+func (c *cluster) heal(ctx context.Context, r *region) error {
+	for _, p := range r.pods {
+		if _, err := docker.NetworkConnect(ctx, c.backbone.ID, client.NetworkConnectOptions{
+			Container:      p.c.GetContainerID(),
+			EndpointConfig: &mobynet.EndpointSettings{Aliases: p.aliases[c.backbone.ID]},
+		}); err != nil {
+			return fmt.Errorf("connect %s: %w", p.name, err)
+		}
+	}
+	return nil
+}
+
+// kill sends SIGKILL: a crash, with no graceful resignation.
+func (c *cluster) kill(ctx context.Context, n *node) error {
+	_, err := docker.ContainerKill(ctx, n.c.GetContainerID(), client.ContainerKillOptions{Signal: "KILL"})
+	return err
+}
+
+// ---- coordinator API ----
+
+func (c *cluster) put(ctx context.Context, co *coord, path string, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+co.httpAddr+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("PUT %s: %s: %s", path, resp.Status, b)
+	}
+	return nil
+}
+
+func (c *cluster) getJSON(ctx context.Context, addr, path string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, b)
+	}
+	return json.Unmarshal(b, v)
+}
+
+// leader returns the coordinator that says it leads, among those running.
+func (c *cluster) leader(ctx context.Context, skip *coord) (*coord, error) {
+	for _, co := range c.coords {
+		if co == skip {
+			continue
+		}
+		var st coordinator.Status
+		if err := c.getJSON(ctx, co.httpAddr, "/v1/status", &st); err != nil {
+			continue
+		}
+		if st.IsLeader {
+			return co, nil
+		}
+	}
+	return nil, errors.New("no coordinator leads")
+}
+
+// shares returns a tenant's grants as the leader sees them.
+func (c *cluster) shares(ctx context.Context, tenant string) (coordinator.SharesView, error) {
+	var v coordinator.SharesView
+	co, err := c.leader(ctx, nil)
+	if err != nil {
+		return v, err
+	}
+	err = c.getJSON(ctx, co.httpAddr, "/v1/shares/"+tenant, &v)
+	return v, err
+}
+
+// metric sums the samples of a metric family whose labels include every
+// pair in match, from a pod's /metrics (Prometheus text format).
+func (c *cluster) metric(ctx context.Context, p *pod, name string, match map[string]string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.httpAddr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	var sum float64
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, name) || strings.HasPrefix(line, "#") {
+			continue
+		}
+		rest := line[len(name):]
+		labels := ""
+		if strings.HasPrefix(rest, "{") {
+			end := strings.Index(rest, "}")
+			if end < 0 {
+				continue
+			}
+			labels, rest = rest[1:end], rest[end+1:]
+		} else if !strings.HasPrefix(rest, " ") {
+			continue // another metric with this prefix
+		}
+		ok := true
+		for k, v := range match {
+			ok = ok && strings.Contains(","+labels+",", ","+k+`="`+v+`",`)
+		}
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %q: %w", name, line, err)
+		}
+		sum += v
+	}
+	return sum, nil
+}
+
+// eventually polls fn every 200ms until it returns nil or the deadline
+// passes, and returns the last error then.
+func eventually(ctx context.Context, within time.Duration, fn func(context.Context) error) error {
+	deadline := time.Now().Add(within)
+	for {
+		err := fn(ctx)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after %v: %w", within, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,41 @@
+// Package e2e is allot's multi-region simulation on real parts: every
+// component runs in its own container (images from `make images`: the
+// static allot binary, etcd, Redis, all FROM scratch), on Docker networks
+// that a test can cut, and the tests drive load through the pods' public
+// gRPC API from this process.
+//
+// # Topology
+//
+// A management network joins every container and is never cut: ports are
+// published on it, so the load generator (on 127.0.0.1) keeps reaching a pod
+// that a test has cut off. Each region has an internal network with its Redis
+// and two regional pods (memberlist between them); a backbone network joins
+// the pods, etcd (one node in the short suite, three in the full one) and the
+// coordinators (one, or two in the full suite). A partition disconnects a
+// region's pods from the backbone; they keep their Redis and their clients.
+//
+// # Suites
+//
+// `go test ./e2e/` (part of `make test`) runs the short suite: skew,
+// partition and Redis outage. `go test -tags e2e ./e2e/` (`make e2e`) runs
+// the full suite: every scenario, three etcd nodes and two coordinators.
+// Every run writes out/report.md and a plot per scenario, with the
+// simulator's prediction for the same profile beside each measurement.
+//
+// # Invariants checked
+//
+// I4 (the world admits at most B + R·W in every window W of 1, 10 and 60 s,
+// counting only decisions certainly inside the window: sent at or after its
+// start, answered by its end) in every scenario; I5 (utilisation after
+// convergence) in skew and shift; floors under partition; fail-open and
+// fail-closed under a Redis outage (I9); pinned tenants.
+//
+// # Clocks and concurrency
+//
+// The pods' decisions use their Redis's clock; the load generator and the
+// measures use this process's monotonic clock (send and receive instants of
+// each call). Tests run one at a time (one topology at a time on two cores);
+// runs in different processes are serialised by a lock file, and every
+// container and network carries the label dev.allot.e2e, swept at the start
+// and end of each run.
+package e2e
