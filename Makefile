@@ -61,6 +61,10 @@ verify: ## go mod tidy and gofmt leave no diff
 demo: build ## run allot dev --traffic: etcd, a coordinator, three regions and live demo traffic (Ctrl-C stops)
 	$(BIN) dev --traffic
 
+.PHONY: deploy-check
+deploy-check: ## check deploy/: helm lint/template (strict API types, flags vs --help), promtool rules + tests, dashboard metrics vs code, compose config, example policy
+	deploy/check.sh
+
 .PHONY: clean
 clean: ## remove build outputs
 	rm -rf bin bench.txt
