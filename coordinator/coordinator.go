@@ -72,6 +72,7 @@ type Coordinator struct {
 	lastRun    time.Time
 	lastDur    time.Duration
 	lastWrites int
+	hist       *history // the status page's chart
 }
 
 // podState is the leader's view of one pod.
@@ -129,6 +130,7 @@ func New(cfg Config) (*Coordinator, error) {
 		cfg:   cfg,
 		store: state.New(cfg.Etcd, cfg.Prefix),
 		log:   cfg.Logger.With("component", "coordinator", "id", cfg.ID),
+		hist:  newHistory(),
 		m:     m,
 	}, nil
 }
@@ -287,6 +289,7 @@ func (c *Coordinator) rebalance(ctx context.Context, t *term) error {
 	c.fold(t, now)
 	budgets := c.budgets(t, records)
 	changes := t.alloc.Rebalance(now, budgets)
+	c.hist.commit(now, t.alloc, budgets)
 	c.mu.Unlock()
 
 	written, err := c.store.WriteGrants(ctx, t.fence, changes)
@@ -372,6 +375,7 @@ func (c *Coordinator) fold(t *term, now time.Time) {
 		if interval <= 0 {
 			interval = time.Millisecond
 		}
+		c.hist.observe(t.regions, region, w.usage, interval)
 		if _, err := t.alloc.Report(now, shares.Report{Region: region, Interval: interval, Applied: applied, Usage: w.usage}); err != nil {
 			c.log.Warn("fold report", "region", region, "err", err)
 		}

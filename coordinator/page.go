@@ -36,6 +36,10 @@ th:first-child,td:first-child{text-align:left} .ok{color:#080} .bad{color:#b00} 
 {{range .Status.Regions}}<tr><td>{{.Region}}</td><td>{{.Pods}}</td><td>{{.Applied}}</td>
 <td>{{if .LeaseValid}}<span class="ok">valid</span>{{else}}<span class="bad">lapsed (floors)</span>{{end}}</td><td class="muted">{{.LastReport}}</td></tr>{{end}}
 </table>{{else}}<p class="muted">Only the leader sees the regions' reports.</p>{{end}}
+{{if .Chart}}<h2>Over time: {{.ChartTenant}}</h2>
+<p class="muted">Per region, units per second: admitted (solid), offered (dashed), grant (dotted). Busiest tenants:
+{{range .Charted}}<a href="/?tenant={{.}}">{{.}}</a> {{end}}</p>
+{{.Chart}}{{end}}
 <h2>Tenants and grants</h2>
 {{if .Tenants}}<table><tr><th>tenant</th>{{range .Regions}}<th>{{.}}</th>{{end}}</tr>
 {{range .Tenants}}<tr><td>{{.Name}}</td>{{range .Cells}}<td>{{if .Set}}{{printf "%.1f/s" .Rate}} <span class="muted">b{{.Burst}} e{{.Epoch}}</span>{{else}}<span class="muted">floor</span>{{end}}</td>{{end}}</tr>{{end}}
@@ -64,7 +68,19 @@ func (h *httpAPI) page(w http.ResponseWriter, r *http.Request) {
 		Tenants []pageTenant
 		More    int
 		Error   string
+		// The chart of one tenant over time (?tenant=, default the busiest).
+		Chart       template.HTML
+		ChartTenant string
+		Charted     []string
 	}{}
+	h.c.mu.Lock()
+	data.Charted = h.c.hist.tenants()
+	data.ChartTenant = r.URL.Query().Get("tenant")
+	if data.ChartTenant == "" && len(data.Charted) > 0 {
+		data.ChartTenant = data.Charted[0]
+	}
+	data.Chart = h.c.hist.chart(data.ChartTenant)
+	h.c.mu.Unlock()
 	st, err := h.c.Status(r.Context())
 	if err != nil {
 		data.Error = err.Error()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -127,6 +129,12 @@ func TestWritesScaleWithChanges(t *testing.T) {
 		}
 	}
 	t.Logf("t000 grants after the shift: %v", rates)
+	// The status page charts the busiest tenants over time.
+	rec := httptest.NewRecorder()
+	n.c.Handler(Auth{Insecure: true}, nil).ServeHTTP(rec, httptest.NewRequest("GET", "/?tenant=t000", nil))
+	if body := rec.Body.String(); !strings.Contains(body, "Over time: t000") || strings.Count(body, "<polyline") != 9 {
+		t.Errorf("status page lacks t000's chart (3 regions × admitted, offered, grant):\n%.2000s", body)
+	}
 	if !(rates["ap-south"] > rates["eu-west"] && rates["eu-west"] > rates["us-east"]) {
 		t.Errorf("t000 grants after the shift = %v, want ap-south > eu-west > us-east", rates)
 	}
