@@ -84,6 +84,8 @@ type slot struct {
 	demand float64 // offered units per second, smoothed fast up and slowly down
 	fast   float64 // offered units per second, smoothed fast both ways
 	stamp  float64 // the region's report clock when the estimates were last brought up to date
+	tgt    float64 // a grow the last pass could not complete: its target rate (else the rate)
+	tgtB   int64   // and its burst target (else the burst)
 	nheld  int
 	held   [maxHeld]held // older grants the region may still enforce, oldest first
 }
@@ -151,6 +153,10 @@ type regionState struct {
 	leaseExpiry time.Time // leader clock: the region's lease surely ended by then
 	revoked     bool      // the lapse since the last report was handled
 	clock       float64   // Σ report intervals, in Intervals: absent tenants decay lazily
+	// unblock is the smallest epoch whose acknowledgement retires an older
+	// grant of a tenant with a pending grow (0: none): an acknowledgement
+	// of it makes Grow worth running.
+	unblock uint64
 }
 
 // Allocator is the leader's state: demand estimates, grants with epochs,
@@ -176,6 +182,12 @@ type Allocator struct {
 	newNames             []string
 	lastOut              int    // changes the last rebalance returned
 	round                uint64 // rebalances so far
+
+	// pending lists the tenants whose grows the last pass could not
+	// complete for want of free capacity; growable is set when an
+	// acknowledgement retired a grant one of them waits for.
+	pending  []int
+	growable bool
 }
 
 // NewAllocator validates and copies cfg.
@@ -277,8 +289,7 @@ func (a *Allocator) Report(now time.Time, r Report) (Renewal, error) {
 		reg.leaseExpiry = exp
 	}
 	reg.revoked = false
-	reg.acked = max(reg.acked, r.Applied)
-	reg.epoch = max(reg.epoch, r.Applied)
+	a.ack(reg, r.Applied)
 
 	k := float64(r.Interval) / float64(a.cfg.Interval)
 	up := -math.Expm1(k * a.lnUp)
@@ -309,6 +320,79 @@ func (a *Allocator) Report(now time.Time, r Report) (Renewal, error) {
 		sl.stamp = reg.clock
 	}
 	return Renewal{Lease: a.cfg.Lease, MinEpoch: reg.minEpoch}, nil
+}
+
+// ack records that a region applied every grant up to epoch applied.
+func (a *Allocator) ack(reg *regionState, applied uint64) {
+	if reg.unblock != 0 && applied >= reg.unblock {
+		a.growable = true
+	}
+	reg.acked = max(reg.acked, applied)
+	reg.epoch = max(reg.epoch, applied)
+}
+
+// Ack records that region has applied every grant up to epoch applied, as a
+// Report does, without demand or a lease renewal: a leader that aggregates
+// the reports of a region's pods (and folds their usage into one Report per
+// rebalance) calls it as soon as the smallest epoch its pods applied rises,
+// so that the grows waiting for that acknowledgement need not wait for the
+// next rebalance. It returns [Allocator.Growable].
+func (a *Allocator) Ack(region string, applied uint64) (bool, error) {
+	i, ok := a.regIdx[region]
+	if !ok {
+		return false, fmt.Errorf("ack from %q: %w", region, ErrUnknownRegion)
+	}
+	a.ack(&a.regs[i], applied)
+	return a.growable, nil
+}
+
+// Growable reports whether an acknowledgement received since the last
+// Rebalance or Grow retired an older grant that a pending grow waits for:
+// whether Grow may now write something.
+func (a *Allocator) Growable() bool { return a.growable }
+
+// Grow completes, at now (leader clock), the grows the last Rebalance (or
+// Grow) had to defer for want of free capacity, as far as acknowledgements
+// received since then made room: the event-driven half of shrink before
+// grow. It touches only those tenants, with their budgets and targets from
+// the last Rebalance; it never shrinks, moves no demand estimate and revokes
+// nothing (Rebalance does all that). Grows go only into capacity outside
+// every ceiling, as in Rebalance, so I4 holds whichever is called when.
+// Persist and deliver the Changes as Rebalance's. It returns nil at once
+// unless [Allocator.Growable].
+func (a *Allocator) Grow(now time.Time) []Change {
+	if !a.growable {
+		return nil
+	}
+	a.growable = false
+	a.markLive(now, false)
+	for i := range a.regs {
+		a.regs[i].unblock = 0
+	}
+	pend := a.pending
+	a.pending = nil
+	var out []Change
+	for _, k := range pend {
+		t := &a.tenants[k]
+		out = a.rebalanceTenant(k, &t.budget, out, true)
+	}
+	return out
+}
+
+// markLive fills a.live at now; with revoke, a region whose lease surely
+// ended has its grants revoked.
+func (a *Allocator) markLive(now time.Time, revoke bool) {
+	for i := range a.regs {
+		reg := &a.regs[i]
+		a.live[i] = now.Before(reg.leaseExpiry)
+		if revoke && !a.live[i] && !reg.revoked {
+			// The region's lease surely ended: every grant it holds is
+			// revoked. It learns the new minimum epoch with its next
+			// renewal, and enforces floors until then.
+			reg.revoked = true
+			reg.minEpoch = reg.epoch + 1
+		}
+	}
 }
 
 // restoreEpochGap is how far Restore moves each region's epochs past the
@@ -408,16 +492,11 @@ func (a *Allocator) Demand(tenant string) map[string]float64 {
 // them in the order returned. Tenants absent from budgets, or whose budget
 // is invalid, are left as they are.
 func (a *Allocator) Rebalance(now time.Time, budgets map[string]Budget) []Change {
+	a.markLive(now, true)
+	a.growable = false
+	a.pending = a.pending[:0]
 	for i := range a.regs {
-		reg := &a.regs[i]
-		a.live[i] = now.Before(reg.leaseExpiry)
-		if !a.live[i] && !reg.revoked {
-			// The region's lease surely ended: every grant it holds is
-			// revoked. It learns the new minimum epoch with its next
-			// renewal, and enforces floors until then.
-			reg.revoked = true
-			reg.minEpoch = reg.epoch + 1
-		}
+		a.regs[i].unblock = 0
 	}
 	// Reserve what the last rebalance wrote: growing a large slice by
 	// appending would copy it several times.
@@ -470,14 +549,15 @@ func (a *Allocator) rebalanceBudget(k int, b *Budget, out []Change) []Change {
 		return out
 	}
 	a.tenants[k].rate = b.Rate
-	return a.rebalanceTenant(k, b, out)
+	return a.rebalanceTenant(k, b, out, false)
 }
 
 // eps is the relative tolerance under which two rates are equal.
 const eps = 1e-9
 
-// rebalanceTenant appends tenant k's changed grants to out.
-func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change) []Change {
+// rebalanceTenant appends tenant k's changed grants to out. With growOnly it
+// only completes the grows a previous pass deferred (see Grow).
+func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change, growOnly bool) []Change {
 	n := a.n
 	s := a.slots[k*n : (k+1)*n]
 	R, B := b.Rate, b.Burst
@@ -511,7 +591,7 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change) []Change {
 		if sl.fast < eps*R {
 			sl.fast = 0
 		}
-		if sl.epoch != 0 && sl.epoch < reg.minEpoch {
+		if sl.epoch != 0 && sl.epoch < reg.minEpoch && !growOnly {
 			// Revoked: the region enforces its floor until it receives a
 			// newer grant. Persist the floor where the old grant (or one
 			// it may still hold) exceeds it, so that a new leader does not
@@ -545,6 +625,19 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change) []Change {
 		sumCB += cb
 		sumCur += curR
 		sumCurB += curB
+	}
+
+	if growOnly {
+		// Complete the deferred grows towards the targets of the pass
+		// that deferred them; leave every other slot alone.
+		for i := range n {
+			sl := &s[i]
+			a.tr[i], a.tb[i], a.act[i] = a.curR[i], a.curB[i], actNone
+			if a.live[i] && sl.epoch >= a.regs[i].minEpoch && sl.tgt > a.curR[i]+eps*R {
+				a.tr[i], a.tb[i], a.act[i] = sl.tgt, max(sl.tgtB, a.curB[i]), actGrow
+			}
+		}
+		return a.apply(k, s, mode, R, B, sumCR, sumCB, out)
 	}
 
 	// Targets.
@@ -604,7 +697,6 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change) []Change {
 	safety := sumCur > R*(1+eps) || sumCurB > B
 	burstSafety := sumCurB > B
 	freeR := R*(1-eps) - sumCR
-	freeB := B - sumCB
 	growAt := db
 	if freeR >= db/2 {
 		growAt = tiny
@@ -635,6 +727,18 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change) []Change {
 		}
 	}
 
+	return a.apply(k, s, mode, R, B, sumCR, sumCB, out)
+}
+
+// apply writes the actions a.act towards the targets a.tr and a.tb of tenant
+// k (whose ceilings are a.cr, a.cb, summing to sumCR, sumCB), appending the
+// changes to out, and notes whether a grow had to be deferred.
+func (a *Allocator) apply(k int, s []slot, mode Mode, rate float64, burst int64, sumCR float64, sumCB int64, out []Change) []Change {
+	n, R, B := a.n, rate, burst
+	db := a.cfg.Deadband * R
+	tiny := eps * R
+	freeR := R*(1-eps) - sumCR
+	freeB := B - sumCB
 	// Capacity no region may be using, shared among the written slots in
 	// proportion to what each needs beyond its ceiling.
 	var needR float64
@@ -714,6 +818,30 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change) []Change {
 			Ceiling:  Ceiling{Rate: max(hr, nr), Burst: max(hb, nb)},
 			MinEpoch: reg.minEpoch,
 		})
+	}
+
+	// A grow that fell short waits for acknowledgements (or the next
+	// Rebalance): remember its target, and the epochs whose
+	// acknowledgement retires a grant in its way.
+	deferred := false
+	for i := range n {
+		sl := &s[i]
+		sl.tgt, sl.tgtB = sl.rate, sl.burst
+		if a.act[i] == actGrow && mode != ModeFull && a.tr[i] > sl.rate+tiny {
+			sl.tgt, sl.tgtB = a.tr[i], a.tb[i]
+			deferred = true
+		}
+	}
+	if deferred {
+		a.pending = append(a.pending, k)
+		for j := range n {
+			if sl := &s[j]; sl.nheld > 0 {
+				u := sl.held[0].until
+				if reg := &a.regs[j]; reg.unblock == 0 || u < reg.unblock {
+					reg.unblock = u
+				}
+			}
+		}
 	}
 	return out
 }

@@ -270,6 +270,102 @@ func TestShrinkBeforeGrow(t *testing.T) {
 	}
 }
 
+// The event-driven half of shrink before grow: the grow a rebalance had to
+// defer is written by Grow as soon as an acknowledgement (Ack, or a Report)
+// retires the grant in its way, without waiting for the next Rebalance; it
+// fits under R − Σ(other ceilings), and Grow writes nothing before that.
+func TestGrowOnAck(t *testing.T) {
+	for _, via := range []string{"Ack", "Report"} {
+		t.Run(via, func(t *testing.T) {
+			l := newLeader(t, shares.DefaultConfig(regions...), shares.Budget{Rate: 1000, Burst: 200})
+			l.converge(map[string]float64{"us-east": 1050, "eu-west": 300, "ap-south": 150})
+			shifted := map[string]float64{"us-east": 150, "eu-west": 300, "ap-south": 1050}
+			acked := map[string]uint64{}
+			for _, r := range regions {
+				acked[r] = l.issued[r]
+			}
+			before := l.rate("ap-south")
+			// The shift is reported; us-east's shrink is written, ap-south's
+			// grow deferred.
+			l.now = l.now.Add(l.cfg.Interval)
+			for _, r := range regions {
+				l.report(r, shifted[r], acked[r])
+			}
+			var shrink shares.Change
+			for _, c := range l.rebalance() {
+				if c.Region == "us-east" {
+					shrink = c
+				}
+			}
+			if shrink.Grant.Epoch == 0 || l.rate("ap-south") > before+1e-6 {
+				t.Fatalf("first rebalance: us-east change %+v, ap-south %.1f (was %.1f): want a shrink and no grow yet", shrink, l.rate("ap-south"), before)
+			}
+			if l.a.Growable() {
+				t.Fatal("Growable() = true before any acknowledgement")
+			}
+			// An acknowledgement of something older changes nothing.
+			l.now = l.now.Add(300 * time.Millisecond)
+			if ok, err := l.a.Ack("us-east", shrink.Grant.Epoch-1); err != nil || ok {
+				t.Fatalf("Ack(us-east, %d) = %v, %v; want false, nil", shrink.Grant.Epoch-1, ok, err)
+			}
+			if cs := l.a.Grow(l.now); len(cs) != 0 {
+				t.Fatalf("Grow before the acknowledgement = %+v, want nothing", cs)
+			}
+			// us-east acknowledges its shrink, between two rebalances.
+			l.now = l.now.Add(300 * time.Millisecond)
+			switch via {
+			case "Ack":
+				ok, err := l.a.Ack("us-east", shrink.Grant.Epoch)
+				if err != nil || !ok {
+					t.Fatalf("Ack(us-east, %d) = %v, %v; want true, nil", shrink.Grant.Epoch, ok, err)
+				}
+			default:
+				l.report("us-east", shifted["us-east"], shrink.Grant.Epoch)
+				if !l.a.Growable() {
+					t.Fatal("Growable() = false after the report acknowledging the shrink")
+				}
+			}
+			cs := l.a.Grow(l.now)
+			var grow shares.Change
+			for _, c := range cs {
+				if c.Region == "us-east" {
+					t.Errorf("Grow wrote %+v: it must not touch the shrinking region", c)
+				}
+				if c.Region == "ap-south" {
+					grow = c
+				}
+				if c.Grant.Epoch <= l.issued[c.Region] {
+					t.Fatalf("Grow change %+v: epoch not above %d", c, l.issued[c.Region])
+				}
+				l.issued[c.Region], l.latest[c.Region] = c.Grant.Epoch, c
+			}
+			if grow.Grant.Rate <= before+100 {
+				t.Fatalf("Grow = %+v; want ap-south to grow well above %.1f", cs, before)
+			}
+			var ceilings float64
+			for _, r := range regions {
+				c := l.latest[r]
+				ceilings += c.Ceiling.Rate
+			}
+			// us-east's ceiling is its acknowledged shrink now.
+			ceilings += shrink.Grant.Rate - l.latest["us-east"].Ceiling.Rate
+			if ceilings > 1000*(1+1e-9) {
+				t.Fatalf("Σ ceilings after Grow = %.3f > R", ceilings)
+			}
+			if l.a.Growable() {
+				t.Error("Growable() = true right after Grow")
+			}
+			if cs := l.a.Grow(l.now); len(cs) != 0 {
+				t.Errorf("a second Grow = %+v, want nothing", cs)
+			}
+		})
+	}
+	a, _ := shares.NewAllocator(shares.DefaultConfig(regions...))
+	if _, err := a.Ack("mars", 1); !errors.Is(err, shares.ErrUnknownRegion) {
+		t.Errorf("Ack(mars) error = %v, want ErrUnknownRegion", err)
+	}
+}
+
 // A silent region's capacity is re-granted only after its lease surely
 // expired; it is revoked with a floor grant and a raised MinEpoch.
 func TestLapsedRegion(t *testing.T) {

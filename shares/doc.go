@@ -89,7 +89,10 @@
 // after R shrank); while they sum above R nothing grows, not even within its
 // own ceiling, since the region may not really be enforcing it. So shrinks are written first, and the matching grows
 // follow once the shrunk regions acknowledge the new epoch, or their lease
-// surely expired.
+// surely expired. A grow that did not fit is remembered (its target, and
+// the epochs whose acknowledgement retires a grant in its way); Grow
+// completes it between rebalances by the same rule, so it is as safe as a
+// rebalance at that instant.
 //
 // Leases: a region counts its lease from when it sent its report, minus a
 // drift margin; the leader counts from when it answered, so the region
@@ -128,6 +131,14 @@
 // epoch any of them applied. Call Rebalance soon after reports arrive: a
 // grow waits for the acknowledgement of the shrink that makes room for it,
 // so the latency of a shift is about report, rebalance and delivery, twice.
+// Shorten the second half with the event-driven grow: when a report (or
+// [Allocator.Ack], for a leader that folds its pods' usage only once per
+// rebalance) acknowledges an epoch that a deferred grow waits for,
+// [Allocator.Growable] turns true, and [Allocator.Grow] writes those grows
+// at once, touching only the tenants concerned; persist its Changes like
+// Rebalance's. A region that applied a shrink should report soon after
+// (bounded, e.g. one extra report per interval), so that its
+// acknowledgement does not wait for its next periodic report.
 // A grant or floor of rate 0 admits nothing; a regional limiter should
 // treat such a key as spent, not as resting. Floors are computed from the
 // budget each side knows: while a tenant's budget changes, the bound is the

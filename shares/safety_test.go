@@ -301,6 +301,11 @@ func (w *world) step(tickIdx int) {
 			r := w.regions[ir.region]
 			r.renewals = append(r.renewals, inflightRenewal{at: w.now + w.delay(), sentAt: ir.sentAt, rn: rn})
 		}
+		// The event-driven grow, between rebalances, whenever the report
+		// acknowledged what a deferred grow waits for.
+		if w.leader.Growable() {
+			w.persist(w.leader.Grow(w.at(w.now)))
+		}
 	}
 	w.reports = kept
 

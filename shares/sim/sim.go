@@ -192,6 +192,7 @@ type regionState struct {
 	secOffered, secAdmit float64
 
 	lastGrant int64 // delivery instant of the last grant scheduled
+	lastExtra int64 // when the last prompt report was sent (-1: never)
 }
 
 type world struct {
@@ -296,7 +297,7 @@ func newWorld(spec *Spec, mode shares.Mode, seed uint64) (*world, error) {
 		return nil, fmt.Errorf("central limiter: %w", err)
 	}
 	for i, name := range spec.Regions {
-		rs := &regionState{name: name, reg: shares.NewRegion(name, cfg, spec.Drift)}
+		rs := &regionState{name: name, reg: shares.NewRegion(name, cfg, spec.Drift), lastExtra: -1}
 		if tr, ok := spec.Traffic[name]; ok {
 			rs.gen = newGenerator(tr, rand.New(rand.NewPCG(seed, uint64(i)+1)))
 		}
@@ -387,9 +388,14 @@ func (w *world) run() error {
 			w.rebalance(e.at)
 			w.schedule(e.at+p, kRebalance, 0, 0)
 		case kGrant:
-			w.regions[i].reg.Apply(w.changes[e.n])
-			w.tracef(e.at, "%s applied %+v", w.regions[i].name, w.changes[e.n])
+			c := w.changes[e.n]
+			old, had := w.regions[i].reg.Grant(c.Tenant)
+			w.regions[i].reg.Apply(c)
+			w.tracef(e.at, "%s applied %+v", w.regions[i].name, c)
 			w.refreshAll(e.at)
+			if had && (c.Grant.Rate < old.Rate || c.Grant.Burst < old.Burst) {
+				w.promptReport(i, e.at)
+			}
 		case kLeaderDown:
 			w.leader = nil
 		case kLeaderUp:
@@ -532,6 +538,18 @@ func (w *world) sendReport(i int, t int64) {
 	w.schedule(t+w.delay(w.spec.Network.Report), kReportRecv, i, len(w.reports)-1)
 }
 
+// promptReport sends region i's report at t, out of its period, because it
+// just applied a shrink that a grow elsewhere may wait for; at most one such
+// report per interval.
+func (w *world) promptReport(i int, t int64) {
+	rs := w.regions[i]
+	if w.spec.PeriodicReports || (rs.lastExtra >= 0 && t-rs.lastExtra < w.spec.Interval.Microseconds()) {
+		return
+	}
+	rs.lastExtra = t
+	w.sendReport(i, t)
+}
+
 func (w *world) receiveReport(n int, t int64) error {
 	sr := w.reports[n]
 	if cut, _ := w.partitioned(sr.region, t); cut || w.leader == nil {
@@ -545,6 +563,11 @@ func (w *world) receiveReport(n int, t int64) error {
 	}
 	w.renewals = append(w.renewals, sentRenewal{sentAt: sr.sentAt, rn: rn})
 	w.schedule(t+w.delay(w.spec.Network.Renewal), kRenewal, sr.region, len(w.renewals)-1)
+	if !w.spec.TickOnly && w.leader.Growable() {
+		// The report acknowledged a shrink that a deferred grow waits for:
+		// grow now rather than at the next rebalance.
+		w.write(t, w.leader.Grow(w.at(t)))
+	}
 	return nil
 }
 
@@ -552,7 +575,11 @@ func (w *world) rebalance(t int64) {
 	if w.leader == nil {
 		return
 	}
-	changes := w.leader.Rebalance(w.at(t), map[string]shares.Budget{Tenant: w.budget})
+	w.write(t, w.leader.Rebalance(w.at(t), map[string]shares.Budget{Tenant: w.budget}))
+}
+
+// write persists and delivers the changes the leader made at t.
+func (w *world) write(t int64, changes []shares.Change) {
 	w.res.Writes += len(changes)
 	for _, c := range changes {
 		w.tracef(t, "leader wrote %+v", c)

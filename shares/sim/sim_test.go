@@ -228,3 +228,45 @@ func TestSpecValidate(t *testing.T) {
 		}
 	}
 }
+
+// The event-driven levers (a grow written as soon as the report
+// acknowledging its shrink arrives; a region reporting soon after it
+// applies a shrink) shorten shrink-before-grow after a shift: more of the
+// ideal is admitted, with no over-admission and I4 kept, and without many
+// more writes. With both off the leader acts only on its ticks.
+func TestEventDrivenShift(t *testing.T) {
+	variants := []struct {
+		name           string
+		tickOnly, lazy bool
+	}{
+		{"ticks only", true, true},
+		{"grow on ack", false, true},
+		{"grow on ack, prompt reports", false, false},
+	}
+	util := make([]float64, len(variants))
+	writes := make([]float64, len(variants))
+	const seeds = 5
+	for v, vr := range variants {
+		for seed := uint64(1); seed <= seeds; seed++ {
+			s := skewShift()
+			s.TickOnly, s.PeriodicReports = vr.tickOnly, vr.lazy
+			r := run(t, s, shares.ModeRebalanced, seed)
+			if r.PeakRateSum > r.Rate*(1+1e-9) || r.PeakBurstSum > r.Burst || r.OverAdmission.Units > 0 {
+				t.Errorf("%s, seed %d: peak Σ (%.3f, %d), over-admission %+v; want ≤ (R, B) and 0", vr.name, seed, r.PeakRateSum, r.PeakBurstSum, r.OverAdmission)
+			}
+			util[v] += r.Utilisation / seeds
+			writes[v] += r.WritesPerMinute() / seeds
+		}
+		t.Logf("%-28s utilisation %.2f%%, writes %.1f/min", vr.name, 100*util[v], writes[v])
+	}
+	last := len(variants) - 1
+	if util[last] < util[0]+0.002 {
+		t.Errorf("event-driven utilisation %.2f%%, ticks only %.2f%%: want at least 0.2 points better", 100*util[last], 100*util[0])
+	}
+	if util[last] < 0.97 {
+		t.Errorf("event-driven utilisation %.2f%% over seeds 1–%d, want ≥ 97%%", 100*util[last], seeds)
+	}
+	if writes[last] > 1.5*writes[0] {
+		t.Errorf("event-driven writes %.1f/min, ticks only %.1f/min: want at most 1.5×", writes[last], writes[0])
+	}
+}

@@ -96,6 +96,13 @@ type Spec struct {
 	// Events are the instants after which convergence is measured (demand
 	// shifts, faults). With none, it is measured from the start.
 	Events []time.Duration
+	// TickOnly makes the leader act only at its rebalance ticks: no grow
+	// as soon as a report acknowledges the shrink it waits for
+	// (shares.Allocator.Grow). For comparison.
+	TickOnly bool
+	// PeriodicReports makes regions report only on their period: no
+	// prompt report after applying a shrink. For comparison.
+	PeriodicReports bool
 }
 
 // Sentinel errors.
