@@ -100,6 +100,10 @@ type term struct {
 	pods    map[string]map[string]*podState
 	windows map[string]*window
 	tenants map[string]struct{}
+	// grow asks the leader loop for an early grow pass: a report
+	// acknowledged a shrink that a deferred grow waits for. Buffered (1);
+	// senders never block.
+	grow chan struct{}
 }
 
 // New validates cfg and returns a Coordinator. Call Run to take part.
@@ -222,6 +226,7 @@ func (c *Coordinator) lead(ctx, sctx context.Context, sess *concurrency.Session,
 		pods:    map[string]map[string]*podState{},
 		windows: map[string]*window{},
 		tenants: map[string]struct{}{},
+		grow:    make(chan struct{}, 1),
 	}
 	c.mu.Lock()
 	c.term = t
@@ -258,12 +263,50 @@ func (c *Coordinator) lead(ctx, sctx context.Context, sess *concurrency.Session,
 			}
 			c.log.Warn("rebalance", "err", err)
 		}
-		select {
-		case <-sctx.Done():
-			return sctx.Err()
-		case <-tick:
+		// Between ticks, write the grows that acknowledgements unblock
+		// as they arrive. This loop stays the only writer.
+		for ticked := false; !ticked; {
+			select {
+			case <-sctx.Done():
+				return sctx.Err()
+			case <-tick:
+				ticked = true
+			case <-t.grow:
+				// Any error here is a failed or fenced write: step down.
+				if err := c.growEarly(sctx, t); err != nil {
+					c.log.Warn("early grow", "err", err)
+					return err
+				}
+			}
 		}
 	}
+}
+
+// growEarly writes, between two rebalances, the grows the allocator
+// deferred and that acknowledgements received since have made room for
+// (shares.Allocator.Grow), fenced like every other write.
+func (c *Coordinator) growEarly(ctx context.Context, t *term) error {
+	c.mu.Lock()
+	if t.alloc == nil {
+		c.mu.Unlock()
+		return nil
+	}
+	changes := t.alloc.Grow(c.cfg.Now())
+	c.mu.Unlock()
+	if len(changes) == 0 {
+		return nil
+	}
+	written, err := c.store.WriteGrants(ctx, t.fence, changes)
+	c.m.grantWrites.Add(float64(written))
+	if err != nil {
+		if errors.Is(err, state.ErrFenced) {
+			return err
+		}
+		c.log.Error("early grow write failed", "written", written, "of", len(changes), "err", err)
+		return fmt.Errorf("%w: %w", errStepDown, err)
+	}
+	c.m.earlyGrows.Inc()
+	return nil
 }
 
 // errStepDown ends a term whose grant write failed part-way: the next leader
@@ -435,6 +478,21 @@ func (c *Coordinator) Report(_ context.Context, r PodReport) (shares.Renewal, er
 		t.pods[r.Region] = pods
 	}
 	pods[r.Pod] = &podState{applied: r.Applied, expires: now.Add(c.cfg.Lease), lastSeen: now, live: r.LivePods}
+	// The region has applied what every one of its live pods has: tell the
+	// allocator now (its usage waits for the next fold), and wake the
+	// leader loop when that unblocks a deferred grow.
+	applied := uint64(math.MaxUint64)
+	for _, p := range pods {
+		if now.Before(p.expires) {
+			applied = min(applied, p.applied)
+		}
+	}
+	if ok, err := t.alloc.Ack(r.Region, applied); err == nil && ok {
+		select {
+		case t.grow <- struct{}{}:
+		default:
+		}
+	}
 	w := t.windows[r.Region]
 	if w == nil {
 		w = &window{start: now.Add(-r.Interval), usage: map[string]shares.Usage{}}

@@ -15,7 +15,11 @@
 // and the region's minimum epoch, accumulates the pods' usage per region,
 // and folds it into the allocator once per rebalance: a region's
 // acknowledged epoch is the smallest applied epoch of its pods whose leases
-// may still run.
+// may still run. That epoch is also passed on at once (shares.Allocator.Ack):
+// when it unblocks a grow that waited for a shrink's acknowledgement, the
+// report handler signals the leader loop (without blocking), which writes
+// those grows (shares.Allocator.Grow) before the next tick. The loop stays
+// the only writer, and every write is fenced.
 //
 // Clocks: leases and rebalances run on Config.Now (the leader's clock);
 // pods count their leases on their own monotonic clocks from when they sent

@@ -12,6 +12,7 @@ type metrics struct {
 	rebalances        prometheus.Counter
 	rebalanceDuration prometheus.Histogram
 	grantWrites       prometheus.Counter
+	earlyGrows        prometheus.Counter
 	reports           *prometheus.CounterVec
 	tenants           prometheus.Gauge
 	adminRequests     *prometheus.CounterVec
@@ -35,6 +36,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		grantWrites: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "allot_grant_writes_total", Help: "Grants written to etcd (changed grants only).",
 		}),
+		earlyGrows: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "allot_early_grows_total",
+			Help: "Grow passes written between rebalances because a report acknowledged a shrink that a deferred grow waited for.",
+		}),
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "allot_coordinator_reports_total", Help: "Pod reports received, by region and result.",
 		}, []string{"region", "result"}),
@@ -48,7 +53,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.leader, m.terms, m.rebalances, m.rebalanceDuration, m.grantWrites, m.reports, m.tenants, m.adminRequests} {
+	for _, c := range []prometheus.Collector{m.leader, m.terms, m.rebalances, m.rebalanceDuration, m.grantWrites, m.earlyGrows, m.reports, m.tenants, m.adminRequests} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -151,4 +152,131 @@ func appliedEpochs(ctx context.Context, s *state.Store) (map[string]uint64, erro
 		out[c.Region] = max(out[c.Region], c.Grant.Epoch)
 	}
 	return out, nil
+}
+
+// A grow that waits for a shrink's acknowledgement is written as soon as the
+// report carrying that acknowledgement arrives, before the next tick: the
+// report handler wakes the leader loop, which writes it (fenced, like every
+// write) without a rebalance.
+func TestGrowBeforeNextTick(t *testing.T) {
+	srv := etcdtest.Start(t)
+	admin := state.New(srv.Client(t), "")
+	ctx := context.Background()
+	if _, err := admin.ApplyPolicy(ctx, examplePolicy(t), 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	var clock atomic.Int64
+	clock.Store(time.Unix(1_800_000_000, 0).UnixNano())
+	tick := make(chan time.Time)
+	n := startNodeWith(t, srv, "solo", func(c *Coordinator) {
+		c.cfg.Now = func() time.Time { return time.Unix(0, clock.Load()) }
+		c.ticks = func(time.Duration) (<-chan time.Time, func()) { return tick, func() {} }
+	})
+	eventually(t, 10*time.Second, func() error {
+		if !n.c.IsLeader() {
+			return errors.New("not leading")
+		}
+		return nil
+	})
+	regions := []string{"us-east", "eu-west", "ap-south"}
+	const interval = 2 * time.Second
+	usage := func(r string, split []float64) map[string]shares.Usage {
+		// 150/s against the 100/s tier budget.
+		x := 150 * interval.Seconds() * split[slices.Index(regions, r)]
+		return map[string]shares.Usage{"t1": {Offered: x, Admitted: x}}
+	}
+	report := func(r string, split []float64, applied uint64) {
+		t.Helper()
+		if _, err := n.c.Report(ctx, PodReport{Region: r, Pod: r + "-0", Interval: interval, Applied: applied, Usage: usage(r, split)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rebalances := func() float64 { return testutil.ToFloat64(n.c.m.rebalances) }
+	tickOnce := func() {
+		t.Helper()
+		r0 := rebalances()
+		tick <- time.Time{}
+		eventually(t, 10*time.Second, func() error {
+			if rebalances() <= r0 {
+				return errors.New("rebalance not done")
+			}
+			return nil
+		})
+	}
+	grant := func(region string) shares.Change {
+		t.Helper()
+		g, _, err := admin.Grants(ctx, region)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range g {
+			if c.Tenant == "t1" {
+				return c
+			}
+		}
+		return shares.Change{}
+	}
+	before, after := []float64{0.7, 0.2, 0.1}, []float64{0.1, 0.2, 0.7}
+	// Converge, every pod applying every grant at once.
+	for range 15 {
+		clock.Add(int64(interval))
+		applied, err := appliedEpochs(ctx, admin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range regions {
+			report(r, before, applied[r])
+		}
+		tickOnce()
+	}
+	// The shift is reported, but no pod has applied anything new: the
+	// rebalance shrinks us-east and defers ap-south's grow.
+	applied, err := appliedEpochs(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	east0, south0 := grant("us-east"), grant("ap-south")
+	clock.Add(int64(interval))
+	for _, r := range regions {
+		report(r, after, applied[r])
+	}
+	tickOnce()
+	shrink, south1 := grant("us-east"), grant("ap-south")
+	if shrink.Grant.Rate >= east0.Grant.Rate-10 {
+		t.Fatalf("after the shift us-east holds %+v (was %.1f/s), want a shrink", shrink.Grant, east0.Grant.Rate)
+	}
+	if south1.Grant.Rate > south0.Grant.Rate+1 {
+		t.Fatalf("ap-south grew to %.1f/s (from %.1f/s) before us-east acknowledged its shrink", south1.Grant.Rate, south0.Grant.Rate)
+	}
+	// us-east's pod applies the shrink and reports it, between two ticks.
+	r0 := rebalances()
+	clock.Add(int64(interval / 4))
+	report("us-east", after, shrink.Grant.Epoch)
+	eventually(t, 10*time.Second, func() error {
+		if g := grant("ap-south"); g.Grant.Rate < south1.Grant.Rate+15 {
+			return fmt.Errorf("ap-south holds %.1f/s, want a grow above %.1f/s", g.Grant.Rate, south1.Grant.Rate+15)
+		}
+		return nil
+	})
+	if got := rebalances(); got != r0 {
+		t.Fatalf("rebalances %v → %v: the grow was written by a rebalance, want it before the next tick", r0, got)
+	}
+	if got := testutil.ToFloat64(n.c.m.earlyGrows); got != 1 {
+		t.Errorf("allot_early_grows_total = %v, want 1", got)
+	}
+	// Σ of what each region may enforce stays within the budget: us-east
+	// acknowledged its shrink, so its ceiling is the shrunk grant.
+	var sum float64
+	for _, r := range regions {
+		g := grant(r)
+		if r == "us-east" {
+			sum += g.Grant.Rate
+		} else {
+			sum += g.Ceiling.Rate
+		}
+	}
+	if sum > 100*(1+1e-9) {
+		t.Errorf("Σ ceilings after the early grow = %.3f/s, want ≤ 100/s", sum)
+	}
+	t.Logf("us-east %.1f → %.1f/s; ap-south %.1f → %.1f/s before the next tick", east0.Grant.Rate, shrink.Grant.Rate, south1.Grant.Rate, grant("ap-south").Grant.Rate)
 }
