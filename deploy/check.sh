@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 HELM_VERSION=${HELM_VERSION:-v3.22.0}
-TOOLS_DIR=${ALLOT_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/allot/tools}
+TOOLS_DIR=${ALLOT_TOOLS_DIR:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/allot/tools}
 HELM="$TOOLS_DIR/helm-$HELM_VERSION/helm"
 OUT=bin/deploy-check
 CHART=deploy/helm/allot
