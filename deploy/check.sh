@@ -9,7 +9,7 @@
 #                                          references, security context; ALLOT_ env and flags
 #                                          against allot --help; the compose file)
 #   go test ./deploy/                     (dashboard and rules query only metrics the code registers)
-#   promtool check rules / test rules
+#   promtool check rules / test rules     (alert rules; the dashboard's queries as recording rules)
 #   docker compose config                 (when docker compose or docker-compose exists)
 #   allot validate -f deploy/policy.example.yaml
 set -euo pipefail
@@ -78,7 +78,8 @@ step "go build ./cmd/allot and deploy/deploycheck"
 $GO build -o "$OUT/allot" ./cmd/allot
 (cd deploy/deploycheck && $GO build -o "../../$OUT/deploycheck" . && $GO test -count=1 ./...)
 step "deploycheck (manifests, compose file, flags against allot --help)"
-"$OUT/deploycheck" -allot "$OUT/allot" -compose deploy/compose/compose.yaml "${rendered[@]}"
+"$OUT/deploycheck" -allot "$OUT/allot" -compose deploy/compose/compose.yaml \
+  -dashboard deploy/grafana/allot.json -dashboard-rules "$OUT/dashboard-rules.yaml" "${rendered[@]}"
 took $s
 
 # ---- dashboard and rules against the code ----
@@ -87,6 +88,8 @@ step "go test ./deploy/ (every allot_* metric and label the dashboard and rules 
 $GO test -count=1 ./deploy/
 step "promtool check rules / test rules"
 promtool check rules deploy/prometheus/allot-rules.yaml
+# The dashboard's queries, as recording rules: promtool parses every one.
+promtool check rules "$OUT/dashboard-rules.yaml"
 (cd deploy/prometheus && promtool test rules allot-rules.test.yaml)
 took $s
 

@@ -214,3 +214,40 @@ func TestIsAllotImage(t *testing.T) {
 		}
 	}
 }
+
+func TestDashboardRules(t *testing.T) {
+	dir := t.TempDir()
+	dash := filepath.Join(dir, "d.json")
+	out := filepath.Join(dir, "rules.yaml")
+	const d = `{"panels":[{"type":"row","title":"r","panels":[
+	  {"title":"a","targets":[{"expr":"sum by (region) (rate(allot_decisions_total{region=~\"$region\"}[$__rate_interval]))"}]}]},
+	  {"title":"b","targets":[{"expr":"sum(increase(allot_coordinator_terms_total[$__range]))"}]}]}`
+	if err := os.WriteFile(dash, []byte(d), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := &checker{}
+	c.dashboardRules(dash, out)
+	assertProblems(t, c.problems, "")
+	got, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`expr: "sum by (region) (rate(allot_decisions_total{region=~\".*\"}[1m]))"`,
+		`expr: "sum(increase(allot_coordinator_terms_total[1h]))"`,
+	} {
+		if !strings.Contains(string(got), want) {
+			t.Errorf("rule file lacks %s:\n%s", want, got)
+		}
+	}
+	if c.dashboardQueries != 2 {
+		t.Errorf("%d queries written, want 2", c.dashboardQueries)
+	}
+
+	if err := os.WriteFile(dash, []byte(`{"panels":[{"title":"x","targets":[{"expr":"rate(x[$__step])"}]}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c = &checker{}
+	c.dashboardRules(dash, out)
+	assertProblems(t, c.problems, "uses a variable this check does not know")
+}
