@@ -38,8 +38,10 @@ func TestWritesScaleWithChanges(t *testing.T) {
 		c.ticks = func(time.Duration) (<-chan time.Time, func()) { return tick, func() {} }
 	})
 	eventually(t, 10*time.Second, func() error {
-		if !n.c.IsLeader() {
-			return errors.New("not leading")
+		// Leading, and the first rebalance (which loads the policy) done:
+		// reports are taken from then on.
+		if !n.c.IsLeader() || testutil.ToFloat64(n.c.m.rebalances) < 1 {
+			return errors.New("not leading yet")
 		}
 		return nil
 	})
@@ -173,8 +175,10 @@ func TestGrowBeforeNextTick(t *testing.T) {
 		c.ticks = func(time.Duration) (<-chan time.Time, func()) { return tick, func() {} }
 	})
 	eventually(t, 10*time.Second, func() error {
-		if !n.c.IsLeader() {
-			return errors.New("not leading")
+		// Leading, and the first rebalance (which loads the policy) done:
+		// reports are taken from then on.
+		if !n.c.IsLeader() || testutil.ToFloat64(n.c.m.rebalances) < 1 {
+			return errors.New("not leading yet")
 		}
 		return nil
 	})

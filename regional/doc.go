@@ -24,7 +24,10 @@
 // monotonic clock from when the report was sent, minus Config.Drift.
 //
 // Reporting: offered and admitted units per tenant are counted with atomics
-// (no lock on the hot path) and sent to the leader every ReportInterval; a
+// (no lock on the hot path) and sent to the leader every ReportInterval, and
+// once more (at most once per interval) soon after a grant arrives that
+// lowers a tenant's rate or burst, so that the leader, which may hold a grow
+// elsewhere until this acknowledgement, need not wait a whole interval; a
 // report that fails is dropped. At most Config.MaxTenants tenants are
 // counted at once; tenants idle for three reports are forgotten.
 //

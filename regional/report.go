@@ -36,15 +36,50 @@ func newReporter(s *Service) *reporter {
 	}}
 }
 
+// promptSettle is how long a prompt report waits after the shrink that
+// triggered it, so that the rest of the leader's batch (one etcd
+// transaction, delivered as one watch response) is applied and acknowledged
+// by the same report.
+const promptSettle = 20 * time.Millisecond
+
+// promptGate allows at most one prompt report per interval.
+type promptGate struct {
+	every time.Duration
+	last  time.Time // zero: none yet
+}
+
+// allow reports whether a prompt report may be sent at now, and if so
+// counts it.
+func (g *promptGate) allow(now time.Time) bool {
+	if !g.last.IsZero() && now.Sub(g.last) < g.every {
+		return false
+	}
+	g.last = now
+	return true
+}
+
 func (r *reporter) run(ctx context.Context) error {
 	t := time.NewTicker(r.s.cfg.ReportInterval)
 	defer t.Stop()
 	defer r.close()
 	last := r.s.cfg.Now()
+	// Besides every interval, report soon after applying a shrink (at most
+	// once per interval): the leader may be holding a grow elsewhere until
+	// this pod acknowledges it.
+	gate := promptGate{every: r.s.cfg.ReportInterval}
+	settle := time.NewTimer(promptSettle)
+	settle.Stop()
+	defer settle.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-r.s.view.shrunk:
+			if gate.allow(r.s.cfg.Now()) {
+				settle.Reset(promptSettle)
+			}
+			continue
+		case <-settle.C:
 		case <-t.C:
 		}
 		now := r.s.cfg.Now()

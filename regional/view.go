@@ -34,6 +34,12 @@ type view struct {
 	grantsAt      time.Time // when a grant last arrived (pod clock)
 	minEpoch      uint64    // largest MinEpoch a renewal carried
 
+	// shrunk is signalled (without blocking; buffered 1) when a grant
+	// arrives that lowers a tenant's rate or burst: the leader may be
+	// holding back a grow elsewhere until this pod acknowledges it, so the
+	// reporter reports soon rather than at its next tick.
+	shrunk chan struct{}
+
 	// gen counts changes of the policy or budgets; tenant entries of an
 	// older generation are recomputed.
 	gen     atomic.Uint64
@@ -60,6 +66,7 @@ func newView(region string, store *state.Store, drift time.Duration) *view {
 		drift:   drift,
 		budgets: map[string]*state.BudgetRecord{},
 		grants:  map[string]shares.Change{},
+		shrunk:  make(chan struct{}, 1),
 	}
 }
 
@@ -286,7 +293,8 @@ func (m grantMirror) Put(kv *mvccpb.KeyValue) {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if old, ok := v.grants[c.Tenant]; ok && old.Grant.Epoch >= c.Grant.Epoch {
+	old, had := v.grants[c.Tenant]
+	if had && old.Grant.Epoch >= c.Grant.Epoch {
 		return
 	}
 	v.grants[c.Tenant] = c
@@ -294,6 +302,12 @@ func (m grantMirror) Put(kv *mvccpb.KeyValue) {
 		v.reg.Apply(c)
 	}
 	v.grantsAt = m.now()
+	if had && (c.Grant.Rate < old.Grant.Rate || c.Grant.Burst < old.Grant.Burst) {
+		select {
+		case v.shrunk <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (m grantMirror) Delete([]byte) {}
