@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sony/gobreaker/v2"
@@ -39,6 +40,8 @@ type Service struct {
 	failLogged map[string]time.Time
 
 	rep *reporter
+
+	warm atomic.Bool // the store answered once (or warmUp gave up)
 }
 
 // New validates cfg and builds a Service. Run starts it.
@@ -94,7 +97,33 @@ func (s *Service) Pod() string { return s.cfg.Pod }
 
 // Ready reports whether the pod has its policy and has synced its grants:
 // until then it cannot decide.
-func (s *Service) Ready() bool { return s.view.ready() }
+func (s *Service) Ready() bool { return s.warm.Load() && s.view.ready() }
+
+// warmUp makes one decision on a private key before the pod reports ready,
+// so that the store's connections are open and the script is loaded when
+// the first real request arrives (otherwise it would pay both against the
+// few-ms store timeout and fall back). It tries for a few seconds; a store
+// that stays down does not keep the pod unready — its limits' on_failure
+// then decides, which is what a ready pod with a dead Redis does anyway.
+func (s *Service) warmUp(ctx context.Context) {
+	defer s.warm.Store(true)
+	req := []gcra.Request{{Key: "allot:v1:{__warmup__}:" + s.cfg.Pod, Limit: gcra.Limit{T: 1, Burst: 1 << 20}, Cost: 1}}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := s.cfg.Store.Decide(cctx, req)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	s.log.Warn("store not answering at start; ready anyway: limits decide by on_failure until it does")
+}
 
 // Run mirrors policy, budgets and grants from etcd, reports to the leader
 // every ReportInterval, and sweeps the local stores, until ctx ends.
@@ -114,6 +143,7 @@ func (s *Service) Run(ctx context.Context) error {
 	})
 	g.Go(func() error { return ignoreCtx(s.local.Run(ctx)) })
 	g.Go(func() error { return s.rep.run(ctx) })
+	g.Go(func() error { s.warmUp(ctx); return nil })
 	g.Go(func() error {
 		t := time.NewTicker(time.Second)
 		defer t.Stop()

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,5 +79,21 @@ func TestVersionJSON(t *testing.T) {
 	var v versionInfo
 	if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v.Version == "" || v.Go == "" {
 		t.Errorf("allot version -o json = %q (exit %d), want a JSON object with version and go", out, code)
+	}
+}
+
+func TestProbe(t *testing.T) {
+	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ready\n") }))
+	defer ok.Close()
+	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "not ready", 503) }))
+	defer bad.Close()
+	if _, errs, code := runCLI(t, "probe", ok.URL); code != 0 {
+		t.Errorf("probe of a 200 = exit %d (%s), want 0", code, errs)
+	}
+	if _, errs, code := runCLI(t, "probe", bad.URL); code != 1 || !strings.Contains(errs, "503") {
+		t.Errorf("probe of a 503 = exit %d (%s), want 1 naming 503", code, errs)
+	}
+	if _, _, code := runCLI(t, "probe", "http://127.0.0.1:1/readyz", "--timeout", "500ms"); code != 1 {
+		t.Errorf("probe of nothing = exit %d, want 1", code)
 	}
 }
