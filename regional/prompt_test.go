@@ -87,7 +87,7 @@ func TestPromptReportAfterShrink(t *testing.T) {
 		// reports are taken.
 		st, err := coord.Status(ctx)
 		if err != nil || !st.IsLeader || st.LastRebalance == "" {
-			return fmt.Errorf("leader not ready: %+v, %v", st, err)
+			return fmt.Errorf("leader not ready: %+v, %w", st, err)
 		}
 		return nil
 	})

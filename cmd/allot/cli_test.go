@@ -85,7 +85,9 @@ func TestVersionJSON(t *testing.T) {
 func TestProbe(t *testing.T) {
 	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ready\n") }))
 	defer ok.Close()
-	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "not ready", http.StatusServiceUnavailable) }))
+	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "not ready", http.StatusServiceUnavailable)
+	}))
 	defer bad.Close()
 	if _, errs, code := runCLI(t, "probe", ok.URL); code != 0 {
 		t.Errorf("probe of a 200 = exit %d (%s), want 0", code, errs)
