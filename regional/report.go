@@ -146,7 +146,12 @@ func (r *reporter) report(ctx context.Context, usage map[string]shares.Usage, in
 		req.Usage = append(req.Usage, &allotv1.TenantUsage{Tenant: t, Offered: u.Offered, Admitted: u.Admitted})
 	}
 	for attempt := 0; attempt < 2; attempt++ {
-		cl, err := r.client(ctx)
+		// The leader lookup reads etcd: bound it like the report, so a
+		// pod cut off from etcd keeps reporting (and failing) every
+		// interval instead of hanging on a dead connection.
+		lctx, lcancel := context.WithTimeout(ctx, r.s.cfg.ReportTimeout)
+		cl, err := r.client(lctx)
+		lcancel()
 		if err != nil {
 			r.s.m.reports.WithLabelValues("no_leader").Inc()
 			r.s.log.Debug("no leader to report to", "err", err)

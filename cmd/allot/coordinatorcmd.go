@@ -110,7 +110,11 @@ func newEtcdClient(endpoints string, tc tlsconfig.Client) (*clientv3.Client, err
 	if len(eps) == 0 {
 		return nil, usagef("--etcd is required, e.g. --etcd http://127.0.0.1:2379")
 	}
-	cfg := clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	// Keepalive pings (etcd accepts one every 5 s by default) find a dead
+	// connection after a network partition, so the client dials again
+	// (and resolves the endpoints again) once the network heals.
+	cfg := clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, DialKeepAliveTime: 5 * time.Second,
+		DialKeepAliveTimeout: 3 * time.Second, Logger: zap.NewNop()}
 	if err := etcdTLS(&cfg, tc); err != nil {
 		return nil, err
 	}
