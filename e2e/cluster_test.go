@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,6 +42,8 @@ type topology struct {
 	// the coordinators grant; SessionTTL the election session TTL; Drift
 	// the pods' lease drift margin.
 	Interval, Lease, SessionTTL, Drift time.Duration
+	// StoreTimeout bounds one Redis call in the pods.
+	StoreTimeout time.Duration
 }
 
 // node is one container and the aliases it has on each network (kept to
@@ -68,10 +72,11 @@ type coord struct {
 }
 
 type region struct {
-	name  string
-	net   *testcontainers.DockerNetwork
-	redis *node
-	pods  []*pod
+	name   string
+	net    *testcontainers.DockerNetwork
+	subnet netip.Prefix
+	redis  *node
+	pods   []*pod
 }
 
 // cluster is a running topology.
@@ -125,12 +130,20 @@ func startCluster(t *testing.T, topo topology) *cluster {
 	if c.backbone, err = newNet(true); err != nil {
 		t.Fatalf("backbone network: %v", err)
 	}
-	for _, name := range topo.Regions {
-		nw, err := newNet(true)
+	// Region networks have chosen subnets: pods get fixed addresses there
+	// (.10, .11, ...) to advertise to their peers, others get .128 and up.
+	subnets, err := freeSubnets(ctx, len(topo.Regions))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, name := range topo.Regions {
+		dyn := netip.PrefixFrom(hostIP(subnets[i], 128), 25)
+		nw, err := network.New(ctx, network.WithLabels(c.labels), network.WithInternal(),
+			network.WithIPAM(&mobynet.IPAM{Config: []mobynet.IPAMConfig{{Subnet: subnets[i], IPRange: dyn}}}))
 		if err != nil {
 			t.Fatalf("network of %s: %v", name, err)
 		}
-		c.regions = append(c.regions, &region{name: name, net: nw})
+		c.regions = append(c.regions, &region{name: name, net: nw, subnet: subnets[i]})
 	}
 
 	// etcd: every member starts at once (a member is healthy only once
@@ -151,7 +164,7 @@ func startCluster(t *testing.T, topo topology) *cluster {
 				"--initial-cluster", strings.Join(members, ","), "--initial-cluster-state", "new",
 				"--initial-cluster-token", "allot-e2e", "--log-level", "warn",
 			}, []string{"2379/tcp"}, wait.ForHTTP("/health").WithPort("2379/tcp").WithStartupTimeout(2*time.Minute),
-				netAlias{c.backbone, []string{name}})
+				netAlias{c.backbone, []string{name}, netip.Addr{}})
 			c.etcd[i] = n
 			return err
 		})
@@ -174,7 +187,7 @@ func startCluster(t *testing.T, topo topology) *cluster {
 				"--rebalance-interval", topo.Interval.String(), "--lease", topo.Lease.String(),
 				"--session-ttl", topo.SessionTTL.String(),
 			}, []string{"7070/tcp"}, wait.ForHTTP("/healthz").WithPort("7070/tcp").WithStartupTimeout(time.Minute),
-				netAlias{c.backbone, []string{name}})
+				netAlias{c.backbone, []string{name}, netip.Addr{}})
 			if err != nil {
 				return err
 			}
@@ -202,6 +215,21 @@ func startCluster(t *testing.T, topo topology) *cluster {
 	if err := g.Wait(); err != nil {
 		t.Fatalf("regions: %v", err)
 	}
+	// Every pod sees its peer through memberlist (the fallback share
+	// depends on it).
+	for _, r := range c.regions {
+		for _, p := range r.pods {
+			if err := eventually(ctx, 30*time.Second, func(ctx context.Context) error {
+				n, err := c.metric(ctx, p, "allot_live_pods", nil)
+				if err == nil && n != float64(topo.PodsPerRegion) {
+					err = fmt.Errorf("allot_live_pods = %v, want %d", n, topo.PodsPerRegion)
+				}
+				return err
+			}); err != nil {
+				t.Fatalf("%s: %v", p.name, err)
+			}
+		}
+	}
 	t.Logf("cluster up in %v: %d etcd, %d coordinators, %d regions × (Redis + %d pods); P=%v L=%v TTL=%v",
 		time.Since(start).Round(time.Millisecond), topo.Etcd, topo.Coordinators, len(topo.Regions), topo.PodsPerRegion,
 		topo.Interval, topo.Lease, topo.SessionTTL)
@@ -219,12 +247,16 @@ func (c *cluster) etcdEndpoints() []string {
 func (c *cluster) startRegion(ctx context.Context, r *region, etcdURLs string) error {
 	var err error
 	if r.redis, err = c.run(ctx, r.name+"-redis", imgs.Redis, []string{"--port", "6379"}, []string{"6379/tcp"},
-		wait.ForListeningPort("6379/tcp").WithStartupTimeout(time.Minute), netAlias{r.net, []string{"redis"}}); err != nil {
+		wait.ForListeningPort("6379/tcp").WithStartupTimeout(time.Minute), netAlias{r.net, []string{"redis"}, netip.Addr{}}); err != nil {
 		return err
 	}
+	// Gossip stays on the region's network, at fixed addresses: a pod on
+	// three networks would otherwise advertise whichever address its
+	// default lookup finds, and peers on other networks could not agree.
 	var seeds []string
+	podIP := func(i int) netip.Addr { return hostIP(r.subnet, byte(10+i)) }
 	for i := range c.topo.PodsPerRegion {
-		seeds = append(seeds, fmt.Sprintf("%s-%d:7946", r.name, i))
+		seeds = append(seeds, podIP(i).String()+":7946")
 	}
 	r.pods = make([]*pod, c.topo.PodsPerRegion)
 	g, gctx := errgroup.WithContext(ctx)
@@ -235,10 +267,11 @@ func (c *cluster) startRegion(ctx context.Context, r *region, etcdURLs string) e
 				"regional", "--region", r.name, "--pod", name, "--redis", "redis:6379", "--etcd", etcdURLs,
 				"--grpc-listen", "0.0.0.0:8081", "--http-listen", "0.0.0.0:8080",
 				"--report-interval", c.topo.Interval.String(), "--lease-drift", c.topo.Drift.String(),
-				"--gossip-listen", "0.0.0.0:7946", "--gossip-join", strings.Join(seeds, ","),
+				"--store-timeout", c.topo.StoreTimeout.String(),
+				"--gossip-listen", "0.0.0.0:7946", "--gossip-advertise", podIP(i).String(), "--gossip-join", strings.Join(seeds, ","),
 				"--log-level", "info",
 			}, []string{"8080/tcp", "8081/tcp"}, wait.ForHTTP("/readyz").WithPort("8080/tcp").WithStartupTimeout(2*time.Minute),
-				netAlias{r.net, []string{name}}, netAlias{c.backbone, []string{name}})
+				netAlias{r.net, []string{name}, podIP(i)}, netAlias{c.backbone, []string{name}, netip.Addr{}})
 			if err != nil {
 				return err
 			}
@@ -260,13 +293,17 @@ func (c *cluster) startRegion(ctx context.Context, r *region, etcdURLs string) e
 	return g.Wait()
 }
 
+// netAlias attaches a container to nw under aliases, at ip when it is
+// valid (a network whose subnet the test chose).
 type netAlias struct {
 	nw      *testcontainers.DockerNetwork
 	aliases []string
+	ip      netip.Addr
 }
 
-// run starts one labelled container on the management network (first, so
-// its published ports live there) and the given networks.
+// run creates one labelled container on the management network (first, so
+// its published ports live there), connects it to the other networks with
+// their aliases and addresses, and starts it.
 func (c *cluster) run(ctx context.Context, name, image string, cmd, ports []string, w wait.Strategy, nets ...netAlias) (*node, error) {
 	n := &node{name: name, aliases: map[string][]string{}}
 	opts := []testcontainers.ContainerCustomizer{
@@ -276,14 +313,13 @@ func (c *cluster) run(ctx context.Context, name, image string, cmd, ports []stri
 		testcontainers.WithWaitStrategyAndDeadline(3*time.Minute, w),
 		network.WithNetwork(nil, c.mgmt),
 		testcontainers.WithConfigModifier(func(cfg *container.Config) {
-			cfg.Hostname = name
+			// No Hostname: Docker's DNS would answer it on every
+			// network, the management one included, and a cut region
+			// would still reach etcd through it.
 			stop := 2
 			cfg.StopTimeout = &stop
 		}),
-	}
-	for _, na := range nets {
-		opts = append(opts, network.WithNetwork(na.aliases, na.nw))
-		n.aliases[na.nw.ID] = na.aliases
+		testcontainers.WithNoStart(),
 	}
 	ctr, err := testcontainers.Run(ctx, image, opts...)
 	if ctr != nil {
@@ -293,9 +329,57 @@ func (c *cluster) run(ctx context.Context, name, image string, cmd, ports []stri
 		c.mu.Unlock()
 	}
 	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", name, err)
+	}
+	for _, na := range nets {
+		es := &mobynet.EndpointSettings{Aliases: na.aliases}
+		if na.ip.IsValid() {
+			es.IPAMConfig = &mobynet.EndpointIPAMConfig{IPv4Address: na.ip}
+		}
+		if _, err := docker.NetworkConnect(ctx, na.nw.ID, client.NetworkConnectOptions{Container: ctr.GetContainerID(), EndpointConfig: es}); err != nil {
+			return nil, fmt.Errorf("connect %s: %w", name, err)
+		}
+		n.aliases[na.nw.ID] = na.aliases
+	}
+	if err := ctr.Start(ctx); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	return n, nil
+}
+
+// freeSubnets returns n /24 subnets of 10.213.0.0/16 that no Docker network
+// uses, for networks whose members need addresses known before they start.
+func freeSubnets(ctx context.Context, n int) ([]netip.Prefix, error) {
+	ns, err := docker.NetworkList(ctx, client.NetworkListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var used []netip.Prefix
+	for _, nw := range ns.Items {
+		for _, cfg := range nw.IPAM.Config {
+			if cfg.Subnet.IsValid() {
+				used = append(used, cfg.Subnet)
+			}
+		}
+	}
+	var out []netip.Prefix
+	for k := 0; k < 256 && len(out) < n; k++ {
+		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 213, byte(k), 0}), 24)
+		if !slices.ContainsFunc(used, p.Overlaps) {
+			out = append(out, p)
+		}
+	}
+	if len(out) < n {
+		return nil, fmt.Errorf("no %d free /24 subnets in 10.213.0.0/16", n)
+	}
+	return out, nil
+}
+
+// hostIP returns the k-th address of a /24.
+func hostIP(p netip.Prefix, k byte) netip.Addr {
+	a := p.Addr().As4()
+	a[3] = k
+	return netip.AddrFrom4(a)
 }
 
 // teardown writes every container's log to out/logs and removes the

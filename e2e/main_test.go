@@ -35,9 +35,9 @@ var (
 	outDir string
 )
 
-func TestMain(m *testing.M) { os.Exit(run(m)) }
+func TestMain(m *testing.M) { os.Exit(runMain(m)) }
 
-func run(m *testing.M) int {
+func runMain(m *testing.M) int {
 	// Testcontainers' reaper image cannot be pulled here: label and sweep
 	// instead. The published ports are reached on loopback.
 	_ = os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
