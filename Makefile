@@ -46,6 +46,10 @@ sim: build ## run every simulator scenario and print the table
 images: ## build the e2e images offline (allot, allot-etcd, allot-redis; skipped when the tag for the current content exists)
 	$(GO) run ./deploy/images/build
 
+.PHONY: e2e
+e2e: images ## run the full e2e suite on real containers (Docker; every scenario, 3 etcd, 2 coordinators); writes e2e/out/report.md and plots
+	$(GO) test -p 1 -count=1 -tags e2e -timeout 40m -v ./e2e/...
+
 .PHONY: lint
 lint: ## golangci-lint with .golangci.yml (installs the pinned version if missing)
 	@test -x $(GOBIN)/golangci-lint || $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)

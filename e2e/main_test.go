@@ -13,6 +13,7 @@ import (
 
 	"github.com/moby/moby/client"
 	tclog "github.com/testcontainers/testcontainers-go/log"
+	"go.uber.org/goleak"
 
 	"github.com/allot-dev/allot/deploy/images"
 )
@@ -76,6 +77,18 @@ func runMain(m *testing.M) int {
 	if docker != nil {
 		sweep(context.Background(), os.Stderr)
 		_ = docker.Close()
+	}
+	if code == 0 {
+		// The load generator's goroutines and the gRPC connections to
+		// the pods must be gone; the engine client's idle HTTP
+		// connections are the library's.
+		if err := goleak.Find(
+			goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+			goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: goroutines leaked: %v\n", err)
+			code = 1
+		}
 	}
 	if ci && skipped.Load() > 0 && code == 0 {
 		fmt.Fprintf(os.Stderr, "e2e: FATAL (CI is set): %d test(s) skipped\n", skipped.Load())
