@@ -57,23 +57,28 @@ func partition(topo topology) *scenario {
 		},
 		check: func(t *testing.T, c *cluster, m *run) {
 			fr, fb := floor(len(m.regions))
-			got := m.rate(cutRegion, lapsed, healAt)
-			limit := fr + (fb+2)/(healAt-lapsed).Seconds()
-			m.notef("%s admitted %.2f/s in [%v, %v) while cut off (floor %.2f/s, burst %.0f); before the cut %.1f/s",
-				cutRegion, got, lapsed, healAt, fr, fb, m.rate(cutRegion, cutAt-5*time.Second, cutAt))
+			// The floor binds decisions taken through Redis; a call that
+			// times out is decided by the limit's local fallback (its own
+			// per-pod rate), counted apart.
+			i := m.regionIndex(cutRegion)
+			cut := sum(m.series, lapsed, healAt)
+			span := (healAt - lapsed).Seconds()
+			got := (cut.Region[i] - cut.RegionFallbackAdm[i]) / span
+			limit := fr + (fb+2)/span
+			m.notef("%s admitted %.2f/s through Redis in [%v, %v) while cut off (floor %.2f/s, burst %.0f), and %.0f units by its local fallback (store timeouts); before the cut %.1f/s",
+				cutRegion, got, lapsed, healAt, fr, fb, cut.RegionFallbackAdm[i], m.rate(cutRegion, cutAt-5*time.Second, cutAt))
 			if got > limit {
 				m.errorf(t, "%s admitted %.2f/s while cut off past its lease, above its floor %.2f/s (+ burst)", cutRegion, got, fr)
 			}
 			// When did it fall? The first second after the cut from which
 			// every second stays at most the floor (+ burst).
-			i := m.regionIndex(cutRegion)
 			fell := time.Duration(-1)
 			for k := len(m.series) - 1; k >= 0; k-- {
 				s := m.series[k]
 				if s.At < cutAt || s.At >= healAt {
 					continue
 				}
-				if s.RegionAdmitted[i] > fr+fb+1 {
+				if s.RegionAdmitted[i]-s.RegionFallbackAdm[i] > fr+fb+1 {
 					break
 				}
 				fell = s.At - cutAt
@@ -263,7 +268,7 @@ func pinned() *scenario {
 // failover kills the leading coordinator (SIGKILL: no resignation).
 func failover(topo topology) *scenario {
 	killAt := 15 * time.Second
-	var took time.Duration
+	var claimed, rebalanced time.Duration
 	return &scenario{
 		name: "failover", tenant: "failover", rate: budgetR, burst: budgetB,
 		desc: fmt.Sprintf("1.5R offered 70/20/10%%; the leading coordinator is killed (SIGKILL) at %v. The other must lead within the session TTL (%v) + P, the regions keep their grants meanwhile (L = %v > TTL + P), nothing is over-admitted.",
@@ -291,11 +296,20 @@ func failover(topo topology) *scenario {
 			}
 			killed := time.Now()
 			m.mark(l.elapsed(), "kill "+old.name)
+			// First the claim (is_leader), then its first rebalance.
+			var co *coord
 			err = eventually(ctx, 30*time.Second, func(ctx context.Context) error {
-				co, err := c.leader(ctx, old)
-				if err != nil {
-					return err
-				}
+				var err error
+				co, err = c.leader(ctx, old)
+				return err
+			})
+			claimed = time.Since(killed)
+			if err != nil {
+				m.errorf(t, "no new leader: %v", err)
+				return
+			}
+			m.mark(l.elapsed(), "new leader")
+			err = eventually(ctx, 30*time.Second, func(ctx context.Context) error {
 				var st coordinator.Status
 				if err := c.getJSON(ctx, co.httpAddr, "/v1/status", &st); err != nil {
 					return err
@@ -305,18 +319,20 @@ func failover(topo topology) *scenario {
 				}
 				return nil
 			})
-			took = time.Since(killed)
+			rebalanced = time.Since(killed)
 			if err != nil {
-				m.errorf(t, "no new leader: %v", err)
-				return
+				m.errorf(t, "the new leader never rebalanced: %v", err)
 			}
-			m.mark(l.elapsed(), "new leader")
 		},
 		check: func(t *testing.T, c *cluster, m *run) {
-			bound := topo.SessionTTL + topo.Interval
-			m.notef("new leader (and its first rebalance) %v after the kill (bound TTL + P = %v)", took.Round(10*time.Millisecond), bound)
-			if took > bound+time.Second {
-				m.errorf(t, "new leader after %v, want within TTL + P = %v (+1s polling)", took, bound)
+			// The killed leader's session lapses within its TTL; etcd
+			// checks lease expiry every 500 ms and the status is polled
+			// every 200 ms.
+			bound := topo.SessionTTL + time.Second
+			m.notef("new leader %v after the kill (session TTL %v; asserted ≤ TTL + 1s for etcd's expiry check and polling), its first rebalance %v after",
+				claimed.Round(10*time.Millisecond), topo.SessionTTL, rebalanced.Round(10*time.Millisecond))
+			if claimed > bound {
+				m.errorf(t, "new leader after %v, want within the session TTL %v (+1s)", claimed, topo.SessionTTL)
 			}
 			u := sum(m.series, killAt, killAt+10*time.Second)
 			m.notef("utilisation in the 10 s after the kill: %.1f%%", 100*u.Admitted/math.Max(1, u.Ideal))

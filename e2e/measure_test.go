@@ -106,15 +106,15 @@ func idealAdmits(sends []time.Duration, rate float64, burst int64) ([]time.Durat
 
 // second is one second of a run (by send instant), starting at At.
 type second struct {
-	At                  time.Duration
-	Offered, Admitted   float64
-	Ideal               float64
-	RegionOffered       []float64
-	RegionAdmitted      []float64
-	RegionFallback      []float64 // fallback decisions
-	RegionFailed        []float64 // failed calls
-	RegionShare         []float64 // offered_i · min(1, R/D)
-	RegionAdmittedSmoot []float64 // 3-s centred mean of admitted
+	At                time.Duration
+	Offered, Admitted float64
+	Ideal             float64
+	RegionOffered     []float64
+	RegionAdmitted    []float64
+	RegionFallback    []float64 // fallback decisions
+	RegionFallbackAdm []float64 // fallback decisions that admitted
+	RegionFailed      []float64 // failed calls
+	RegionShare       []float64 // offered_i · min(1, R/D)
 }
 
 // perSecond buckets calls of the measured streams (index → region index)
@@ -123,12 +123,13 @@ func perSecond(calls []call, regionOf map[int]int, regions int, ideal []time.Dur
 	out := make([]second, n)
 	for k := range out {
 		out[k] = second{
-			At:             time.Duration(k) * time.Second,
-			RegionOffered:  make([]float64, regions),
-			RegionAdmitted: make([]float64, regions),
-			RegionFallback: make([]float64, regions),
-			RegionFailed:   make([]float64, regions),
-			RegionShare:    make([]float64, regions),
+			At:                time.Duration(k) * time.Second,
+			RegionOffered:     make([]float64, regions),
+			RegionAdmitted:    make([]float64, regions),
+			RegionFallback:    make([]float64, regions),
+			RegionFailed:      make([]float64, regions),
+			RegionFallbackAdm: make([]float64, regions),
+			RegionShare:       make([]float64, regions),
 		}
 	}
 	for _, c := range calls {
@@ -149,6 +150,9 @@ func perSecond(calls []call, regionOf map[int]int, regions int, ideal []time.Dur
 		}
 		if c.fallback {
 			s.RegionFallback[ri]++
+			if c.allowed {
+				s.RegionFallbackAdm[ri]++
+			}
 		}
 	}
 	for _, t := range ideal {
@@ -253,6 +257,7 @@ type totals struct {
 	Region                   []float64 // admitted per region
 	RegionOffered            []float64
 	RegionFallback           []float64
+	RegionFallbackAdm        []float64
 	RegionFailed             []float64
 }
 
@@ -266,6 +271,7 @@ func sum(series []second, from, to time.Duration) totals {
 			r := len(s.RegionAdmitted)
 			t.Region, t.RegionOffered = make([]float64, r), make([]float64, r)
 			t.RegionFallback, t.RegionFailed = make([]float64, r), make([]float64, r)
+			t.RegionFallbackAdm = make([]float64, r)
 		}
 		t.Offered += s.Offered
 		t.Admitted += s.Admitted
@@ -274,6 +280,7 @@ func sum(series []second, from, to time.Duration) totals {
 			t.Region[i] += s.RegionAdmitted[i]
 			t.RegionOffered[i] += s.RegionOffered[i]
 			t.RegionFallback[i] += s.RegionFallback[i]
+			t.RegionFallbackAdm[i] += s.RegionFallbackAdm[i]
 			t.RegionFailed[i] += s.RegionFailed[i]
 		}
 	}
