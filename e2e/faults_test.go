@@ -31,10 +31,13 @@ func partition(topo topology) *scenario {
 		name: "partition", tenant: "partition", rate: budgetR, burst: budgetB,
 		desc: fmt.Sprintf("1.5R offered 70/20/10%%; %s's pods are disconnected from the backbone (etcd and coordinators) at %v and reconnected at %v. It must fall to its floor within its lease, the world must stay within B + R·W, and it must recover after the heal.",
 			cutRegion, cutAt, healAt),
-		duration:   50 * time.Second,
+		// 25 s after the heal: the etcd client needs up to one keepalive
+		// (5 s + 3 s) to drop its dead connection, then the shares must
+		// hold for the 5 s that convergence asks.
+		duration:   55 * time.Second,
 		demand:     skewed(),
 		events:     []time.Duration{0, healAt},
-		window:     [2]time.Duration{10 * time.Second, 50 * time.Second},
+		window:     [2]time.Duration{10 * time.Second, 55 * time.Second},
 		partitions: []sim.Partition{{Region: cutRegion, From: cutAt, To: healAt}},
 		act: func(ctx context.Context, t *testing.T, c *cluster, l *load, m *run) {
 			r := c.region(cutRegion)
