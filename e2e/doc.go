@@ -14,6 +14,19 @@
 // coordinators (one, or two in the full suite). A partition disconnects a
 // region's pods from the backbone; they keep their Redis and their clients.
 //
+// Two details keep a cut a cut. Containers get no hostname: Docker's DNS
+// answers a container's hostname on every network it shares, the management
+// one included, so a cut pod would still resolve etcd. And each region's
+// network has a subnet chosen in 10.213.0.0/16 so that pods gossip from fixed
+// addresses there (--gossip-advertise); left to choose, a pod on three
+// networks advertises whichever address its default lookup finds.
+//
+// Timings: P = 1 s (reports and rebalances), L = 5 s, election session TTL
+// 2 s, R = 200/s and B = 40 per tenant, so that the load generator offers
+// 1.5R in three regions comfortably on two cores. Pods run with a 25 ms
+// store timeout instead of their 5 ms default: on two loaded cores,
+// scheduling alone exceeds 5 ms often enough to open breakers with Redis up.
+//
 // # Suites
 //
 // `go test ./e2e/` (part of `make test`) runs the short suite: skew,
