@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -16,12 +14,6 @@ import (
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"golang.org/x/sync/errgroup"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/reflection"
 
 	"github.com/allot-dev/allot/coordinator"
 	"github.com/allot-dev/allot/internal/tlsconfig"
@@ -153,10 +145,6 @@ func runCoordinator(ctx context.Context, s *streams, o coordinatorOpts) error {
 	if o.id == "" {
 		o.id, _ = os.Hostname()
 	}
-	grpcOpts, httpTLS, err := serverOptions(o.serverTLS)
-	if err != nil {
-		return err
-	}
 	etcd, err := newEtcdClient(o.etcd, o.etcdTLS)
 	if err != nil {
 		return err
@@ -176,39 +164,15 @@ func runCoordinator(ctx context.Context, s *streams, o coordinatorOpts) error {
 		return usageError{err}
 	}
 
-	gl, err := listen("grpc-listen", o.grpcListen)
+	srv, err := listenServers(o.grpcListen, o.httpListen, o.serverTLS)
 	if err != nil {
 		return err
 	}
-	hl, err := listen("http-listen", o.httpListen)
-	if err != nil {
-		_ = gl.Close()
-		return err
-	}
-	gs := grpc.NewServer(append(grpcOpts, keepalivePolicy)...)
-	coord.RegisterGRPC(gs, auth)
-	hs := health.NewServer()
-	healthpb.RegisterHealthServer(gs, hs)
-	reflection.Register(gs)
-	httpSrv := &http.Server{Handler: coord.Handler(auth, reg), ReadHeaderTimeout: 10 * time.Second}
-
-	log.Info("coordinator starting", "id", o.id, "grpc", gl.Addr().String(), "http", hl.Addr().String(), "etcd", o.etcd)
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return coord.Run(gctx) })
-	g.Go(func() error { return ignoreClosed(gs.Serve(gl)) })
-	g.Go(func() error { return ignoreClosed(serveHTTP(httpSrv, hl, httpTLS)) })
-	g.Go(func() error {
-		<-gctx.Done()
-		// Reverse order under a deadline: stop taking requests, then the
-		// coordinator (which resigns) finishes through Run's return.
-		hs.Shutdown()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = httpSrv.Shutdown(sctx)
-		stopGRPC(gs, 5*time.Second)
-		return nil
-	})
-	err = g.Wait()
+	coord.RegisterGRPC(srv.GRPC, auth)
+	ga, ha := srv.Addrs()
+	log.Info("coordinator starting", "id", o.id, "grpc", ga, "http", ha, "etcd", o.etcd)
+	// Run returns (resigning) once ctx ends, after the servers stop.
+	err = srv.run(ctx, coord.Handler(auth, reg), nil, coord.Run)
 	log.Info("coordinator stopped")
 	return err
 }
@@ -218,27 +182,4 @@ func or(a, b string) string {
 		return a
 	}
 	return b
-}
-
-func ignoreClosed(err error) error {
-	if err == nil || errors.Is(err, http.ErrServerClosed) || errors.Is(err, grpc.ErrServerStopped) || errors.Is(err, net.ErrClosed) {
-		return nil
-	}
-	return err
-}
-
-// keepalivePolicy lets clients ping every 5 s, so that they notice a dead
-// server quickly (gRPC's default refuses pings more often than every 5 min).
-var keepalivePolicy = grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true})
-
-// stopGRPC stops gs gracefully, forcibly after d.
-func stopGRPC(gs *grpc.Server, d time.Duration) {
-	done := make(chan struct{})
-	go func() { gs.GracefulStop(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(d):
-		gs.Stop()
-		<-done
-	}
 }

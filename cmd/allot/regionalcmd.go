@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/base64"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -12,12 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
-	"golang.org/x/sync/errgroup"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/reflection"
 
 	"github.com/allot-dev/allot/gcra/redisstore"
 	"github.com/allot-dev/allot/internal/membership"
@@ -149,10 +143,6 @@ func runRegional(ctx context.Context, s *streams, o regionalOpts) error {
 			return err
 		}
 	}
-	grpcOpts, httpTLS, err := serverOptions(o.serverTLS)
-	if err != nil {
-		return err
-	}
 	var coordCreds credentials.TransportCredentials
 	if o.coordTLS.Enabled() {
 		if err := o.coordTLS.Validate(); err != nil {
@@ -213,58 +203,19 @@ func runRegional(ctx context.Context, s *streams, o regionalOpts) error {
 	if err != nil {
 		return usageError{err}
 	}
-	gl, err := listen("grpc-listen", o.grpcListen)
+	srv, err := listenServers(o.grpcListen, o.httpListen, o.serverTLS)
 	if err != nil {
 		return err
 	}
-	hl, err := listen("http-listen", o.httpListen)
-	if err != nil {
-		_ = gl.Close()
-		return err
-	}
-	gs := grpc.NewServer(append(grpcOpts, keepalivePolicy)...)
-	svc.RegisterGRPC(gs)
-	hs := health.NewServer()
-	healthpb.RegisterHealthServer(gs, hs)
-	reflection.Register(gs)
-	httpSrv := &http.Server{Handler: svc.Handler(reg, o.headerPrefix), ReadHeaderTimeout: 10 * time.Second}
-
-	log.Info("regional starting", "region", o.region, "pod", o.pod, "grpc", gl.Addr().String(), "http", hl.Addr().String(),
+	svc.RegisterGRPC(srv.GRPC)
+	ga, ha := srv.Addrs()
+	log.Info("regional starting", "region", o.region, "pod", o.pod, "grpc", ga, "http", ha,
 		"redis", addrs, "redis_cluster", o.redisCluster, "etcd", o.etcd)
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return svc.Run(gctx) })
-	g.Go(func() error { return ignoreClosed(gs.Serve(gl)) })
-	g.Go(func() error { return ignoreClosed(serveHTTP(httpSrv, hl, httpTLS)) })
+	components := []func(context.Context) error{svc.Run}
 	if members != nil {
-		g.Go(func() error { return members.Run(gctx) })
+		components = append(components, members.Run)
 	}
-	g.Go(func() error {
-		// gRPC health follows readiness.
-		t := time.NewTicker(500 * time.Millisecond)
-		defer t.Stop()
-		for {
-			st := healthpb.HealthCheckResponse_NOT_SERVING
-			if svc.Ready() {
-				st = healthpb.HealthCheckResponse_SERVING
-			}
-			hs.SetServingStatus("", st)
-			select {
-			case <-gctx.Done():
-				return nil
-			case <-t.C:
-			}
-		}
-	})
-	g.Go(func() error {
-		<-gctx.Done()
-		hs.Shutdown()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = httpSrv.Shutdown(sctx)
-		stopGRPC(gs, 5*time.Second)
-		return nil
-	})
-	err = g.Wait()
+	err = srv.run(ctx, svc.Handler(reg, o.headerPrefix), svc.Ready, components...)
 	log.Info("regional stopped")
 	return err
 }
