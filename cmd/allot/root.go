@@ -54,7 +54,9 @@ each region observed, so the world admits what one global limiter would.
 
 Every flag can also be set in the environment as ALLOT_<FLAG>, e.g.
 ALLOT_REDIS for --redis. Exit codes: 0 ok, 1 failure, 2 usage.`,
-		Example: `  allot version
+		Example: `  allot dev --traffic                      # everything in one process, with demo traffic
+  allot budget set t42 --rate 1000/s --burst 200
+  allot regional --region us-east --redis 127.0.0.1:6379 --etcd http://127.0.0.1:2379
   allot sim --scenario skew-shift
   allot <command> --help`,
 		SilenceUsage:      true,
