@@ -30,6 +30,13 @@ type Config struct {
 	Prefix string
 	// StoreTimeout bounds one store call (I9). Default 5ms.
 	StoreTimeout time.Duration
+	// Coalesce, when Store is a gcra.BatchStore, merges decisions made at
+	// the same time into one pipeline (package gcra/pipeline): no timer, a
+	// decision that finds the store idle goes at once, those arriving while
+	// pipelines are in flight go together in the next. Each decision keeps
+	// its StoreTimeout; a merged pipeline ends at the latest deadline of
+	// its decisions. Default true.
+	Coalesce bool
 	// Breaker: after BreakerFailures consecutive store failures the breaker
 	// opens and decisions go straight to the fallback for BreakerOpen, then
 	// a few probes test the store again. Defaults 5 and 2s.
@@ -65,6 +72,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		StoreTimeout:    5 * time.Millisecond,
+		Coalesce:        true,
 		BreakerFailures: 5,
 		BreakerOpen:     2 * time.Second,
 		ReportInterval:  2 * time.Second,

@@ -17,6 +17,7 @@ import (
 	"github.com/allot-dev/allot/gcra"
 	"github.com/allot-dev/allot/gcra/lease"
 	"github.com/allot-dev/allot/gcra/memstore"
+	"github.com/allot-dev/allot/gcra/pipeline"
 	"github.com/allot-dev/allot/internal/state"
 )
 
@@ -59,6 +60,13 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if bs, ok := cfg.Store.(gcra.BatchStore); ok && cfg.Coalesce {
+		ps, err := pipeline.New(bs, pipeline.DefaultConfig())
+		if err != nil {
+			return nil, fmt.Errorf("regional: coalescing store: %w", err)
+		}
+		cfg.Store = ps
 	}
 	local, err := memstore.New(memstore.DefaultConfig())
 	if err != nil {
