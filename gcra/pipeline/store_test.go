@@ -96,6 +96,22 @@ func script(prefix string, g, i int) [][]gcra.Request {
 	}
 }
 
+// widest records the largest batch its store was sent.
+type widest struct {
+	gcra.BatchStore
+	max atomic.Int64
+}
+
+func (w *widest) DecideMany(ctx context.Context, batch [][]gcra.Request) []gcra.Answer {
+	for n := int64(len(batch)); ; {
+		m := w.max.Load()
+		if n <= m || w.max.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	return w.BatchStore.DecideMany(ctx, batch)
+}
+
 func run(ctx context.Context, st gcra.BatchStore, b [][]gcra.Request) []gcra.Answer {
 	if len(b) == 1 {
 		d, err := st.Decide(ctx, b[0])
@@ -111,7 +127,8 @@ func run(ctx context.Context, st gcra.BatchStore, b [][]gcra.Request) []gcra.Ans
 // milliseconds between the two runs change nothing).
 func TestAnswersReachTheirCallers(t *testing.T) {
 	_, _, rs := newRedis(t)
-	p := newPipeline(t, rs, func(c *pipeline.Config) { c.MaxBatch = 16; c.Flushers = 2 })
+	seen := &widest{BatchStore: rs}
+	p := newPipeline(t, seen, func(c *pipeline.Config) { c.MaxBatch = 16; c.Flushers = 2 })
 	const goroutines, steps = 64, 12
 	ctx := context.Background()
 	got := make([][]gcra.Answer, goroutines)
@@ -134,6 +151,9 @@ func TestAnswersReachTheirCallers(t *testing.T) {
 		for i := range steps {
 			want[g] = append(want[g], run(ctx, rs, script("direct", g, i))...)
 		}
+	}
+	if w := seen.max.Load(); w < 2 || w > 16 {
+		t.Errorf("widest pipeline carried %d decisions, want 2..16 (merged, capped)", w)
 	}
 	for g := range goroutines {
 		if len(got[g]) != len(want[g]) {
