@@ -13,6 +13,7 @@ import (
 
 	"github.com/allot-dev/allot/internal/etcdtest"
 	"github.com/allot-dev/allot/internal/state"
+	"github.com/allot-dev/allot/internal/wait"
 	"github.com/allot-dev/allot/shares"
 )
 
@@ -27,17 +28,7 @@ func TestMain(m *testing.M) {
 // eventually polls fn until it returns nil or the deadline passes.
 func eventually(t *testing.T, within time.Duration, fn func() error) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %v", within, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	wait.Until(t, within, fn)
 }
 
 func examplePolicy(t *testing.T) []byte {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -28,7 +29,7 @@ var (
 	// offer (network disconnect, kill).
 	docker *client.Client
 	// unavailable is why the suite cannot run (no engine, failed build)
-	// when CI is not set; empty when it can.
+	// under -short without CI; empty when it can.
 	unavailable string
 	// skipped counts skipped tests; with CI set, any fails the run.
 	skipped atomic.Int32
@@ -64,9 +65,12 @@ func runMain(m *testing.M) int {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
+	flag.Parse()
 	if reason := prepare(ctx); reason != "" {
-		if ci {
-			fmt.Fprintf(os.Stderr, "\ne2e: FATAL (CI is set): %s\n\n", reason)
+		// A missing engine or a failed image build fails the run; only
+		// `go test -short` (never CI) may leave the suite out, loudly.
+		if ci || !testing.Short() {
+			fmt.Fprintf(os.Stderr, "\ne2e: FATAL: %s\n(the e2e suite needs a Docker engine; pass -short to leave it out on a machine without one)\n\n", reason)
 			return 1
 		}
 		unavailable = reason
@@ -124,7 +128,7 @@ func prepare(ctx context.Context) string {
 }
 
 // requireDocker skips t, loudly, when the suite cannot run (only possible
-// without CI: with CI TestMain fails first), and counts skips.
+// under -short without CI: otherwise TestMain fails first), and counts skips.
 func requireDocker(t *testing.T) {
 	t.Helper()
 	t.Cleanup(func() {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/allot-dev/allot/internal/etcdtest"
+	"github.com/allot-dev/allot/internal/wait"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
@@ -68,17 +69,14 @@ func startCoordinator(t *testing.T, extra ...string) string {
 		}
 	})
 	url := "http://" + httpAddr
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	wait.Until(t, 15*time.Second, func() error {
 		out, _, code := runCLI(t, "status", "--coordinator", url)
-		if code == 0 && strings.Contains(out, ": leader;") {
-			return url
+		if code != 0 || !strings.Contains(out, ": leader;") {
+			return fmt.Errorf("coordinator not leading: %s", out)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("coordinator not leading within 15s: %s", out)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return url
 }
 
 func TestAdminCLI(t *testing.T) {
@@ -123,13 +121,13 @@ func TestAdminCLI(t *testing.T) {
 	}
 	// Once the leader has loaded the policy, shares come from its allocator.
 	var out string
-	deadline := time.Now().Add(10 * time.Second)
-	for out, _, _ = runCLI(t, "shares", "t3", "--coordinator", url); !strings.Contains(out, "(from leader)"); out, _, _ = runCLI(t, "shares", "t3", "--coordinator", url) {
-		if time.Now().After(deadline) {
-			t.Fatalf("shares never came from the leader: %s", out)
+	wait.Until(t, 10*time.Second, func() error {
+		out, _, _ = runCLI(t, "shares", "t3", "--coordinator", url)
+		if !strings.Contains(out, "(from leader)") {
+			return fmt.Errorf("shares not from the leader yet: %s", out)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	golden(t, "shares_table", out)
 }
 

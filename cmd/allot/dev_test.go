@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"os/exec"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/allot-dev/allot/internal/wait"
 )
 
 // buildAllot builds the allot binary once per test binary run.
@@ -79,9 +82,13 @@ func TestDevSubprocess(t *testing.T) {
 		return string(out)
 	}
 	run("budget", "set", "t1", "--rate", "5/s", "--burst", "3", "--mode", "pinned", "--home", "us-east", "--coordinator", base)
+	// A second budget, written after t1's, tells when t1's has reached the
+	// region (the pods apply etcd's events in order) without touching t1's
+	// key, which must be fully rested for the trace.
+	run("budget", "set", "probe", "--rate", "5/s", "--burst", "3", "--mode", "pinned", "--home", "us-east", "--coordinator", base)
 
-	decide := func() decideAnswer {
-		resp, err := http.Post(base+"/regions/us-east/v1/decide", "application/json", strings.NewReader(`{"descriptors":{"tenant":"t1"},"cost":1}`))
+	decideAs := func(tenant string) decideAnswer {
+		resp, err := http.Post(base+"/regions/us-east/v1/decide", "application/json", strings.NewReader(`{"descriptors":{"tenant":"`+tenant+`"},"cost":1}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,19 +99,14 @@ func TestDevSubprocess(t *testing.T) {
 		}
 		return d
 	}
-	// The budget reaches the region through etcd: wait until t1 is limited
-	// by its own budget (the default tier would admit 20 at once).
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		d := decide()
-		if !d.Allowed {
-			break
+	decide := func() decideAnswer { return decideAs("t1") }
+	// The default tier admits 20 at once; the probe's own budget 3.
+	wait.Until(t, 10*time.Second, func() error {
+		if d := decideAs("probe"); d.Allowed {
+			return errors.New("the probe's budget has not reached us-east yet")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("t1's budget never took effect")
-		}
-	}
-	time.Sleep(700 * time.Millisecond) // let t1's key rest fully (3 units at 5/s): part of the trace, not a wait on a condition
+		return nil
+	})
 
 	// The seed's trace in real time: allowed ×3 (remaining 2, 1, 0), then
 	// denied with ~200 ms; 250 ms later one allowed, the next denied ~150 ms.
@@ -123,7 +125,8 @@ func TestDevSubprocess(t *testing.T) {
 	call()
 	call()
 	call()
-	time.Sleep(time.Until(t0.Add(250 * time.Millisecond)))
+	// The trace's second instant is 250 ms of real time later.
+	<-time.After(time.Until(t0.Add(250 * time.Millisecond)))
 	call()
 	call()
 	want := []struct {

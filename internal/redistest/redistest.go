@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allot-dev/allot/internal/wait"
+
 	"github.com/redis/go-redis/v9"
 )
 
@@ -331,22 +333,7 @@ func StartCluster(tb testing.TB) *Cluster {
 // real system instead of sleeping.
 func Eventually(tb testing.TB, timeout time.Duration, fn func() error) {
 	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	wait := time.Millisecond
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("redistest: condition not met within %v: %v", timeout, err)
-		}
-		timer := time.NewTimer(wait)
-		<-timer.C
-		if wait < 50*time.Millisecond {
-			wait *= 2
-		}
-	}
+	wait.Until(tb, timeout, fn)
 }
 
 type syncWriter struct {

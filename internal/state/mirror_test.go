@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/allot-dev/allot/internal/etcdtest"
+	"github.com/allot-dev/allot/internal/wait"
 )
 
 type recorder struct {
@@ -55,13 +56,12 @@ func (r *recorder) get(k string) (string, int) {
 
 func waitFor(t *testing.T, what string, fn func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !fn() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 10s: %s", what)
+	wait.Until(t, 10*time.Second, func() error {
+		if !fn() {
+			return errors.New(what)
 		}
-		<-time.After(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // A mirror follows puts and deletes, and when its watch cannot continue
