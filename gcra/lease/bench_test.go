@@ -68,7 +68,9 @@ func BenchmarkLeased(b *testing.B) {
 // leases of 2^20 units that live an hour, so that a refill (one store call)
 // comes once per 2^20 decisions of a key and ns/op is the served path's
 // cost. Serial and GOMAXPROCS goroutines, over one key (every goroutine on
-// the same lease) and over 64 keys.
+// the same lease) and over 64 keys; clock=exact reads the monotonic clock
+// per decision (no Run), clock=coarse runs Run, whose coarse clock the
+// decisions read.
 func BenchmarkServed(b *testing.B) {
 	ms, err := memstore.New(memstore.DefaultConfig())
 	if err != nil {
@@ -80,62 +82,72 @@ func BenchmarkServed(b *testing.B) {
 		for i := range keys {
 			keys[i] = "allot:v1:{t" + strconv.Itoa(i) + "}:tenant"
 		}
-		newLimiter := func(b *testing.B) *lease.Limiter {
-			cfg := lease.DefaultConfig()
-			cfg.Size, cfg.MinBurst, cfg.TTL = 1<<20, 1<<20, time.Hour
-			p, err := lease.New(ms, cfg)
-			if err != nil {
-				b.Fatal(err)
-			}
-			// Take every key's first lease before timing.
-			for _, k := range keys {
-				if _, err := p.Decide(context.Background(), []gcra.Request{{Key: k, Limit: l, Cost: 1}}); err != nil {
+		for _, clock := range []string{"exact", "coarse"} {
+			// newLimiter returns a Limiter whose every key holds a lease,
+			// with Run going for clock=coarse until the benchmark ends.
+			newLimiter := func(b *testing.B) *lease.Limiter {
+				cfg := lease.DefaultConfig()
+				cfg.Size, cfg.MinBurst, cfg.TTL = 1<<20, 1<<20, time.Hour
+				p, err := lease.New(ms, cfg)
+				if err != nil {
 					b.Fatal(err)
 				}
-			}
-			return p
-		}
-		report := func(b *testing.B, p *lease.Limiter) {
-			s := p.Stats()
-			b.ReportMetric(float64(s.Served)/float64(max(s.Leases, 1)), "decisions/lease")
-		}
-		b.Run("serial/keys="+strconv.Itoa(nkeys), func(b *testing.B) {
-			p := newLimiter(b)
-			ctx := context.Background()
-			reqs := make([]gcra.Request, 1)
-			i := 0
-			b.ReportAllocs()
-			b.ResetTimer()
-			for range b.N {
-				reqs[0] = gcra.Request{Key: keys[i%nkeys], Limit: l, Cost: 1}
-				if d, err := p.Decide(ctx, reqs); err != nil || !d.Allowed {
-					b.Fatalf("Decide = %+v, %v", d, err)
+				if clock == "coarse" {
+					ctx, cancel := context.WithCancel(context.Background())
+					done := make(chan error)
+					go func() { done <- p.Run(ctx) }()
+					b.Cleanup(func() { cancel(); <-done })
 				}
-				i++
+				for _, k := range keys {
+					if _, err := p.Decide(context.Background(), []gcra.Request{{Key: k, Limit: l, Cost: 1}}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				return p
 			}
-			b.StopTimer()
-			report(b, p)
-		})
-		b.Run("parallel/keys="+strconv.Itoa(nkeys), func(b *testing.B) {
-			p := newLimiter(b)
-			var seq atomic.Int64
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				i := int(seq.Add(17))
+			report := func(b *testing.B, p *lease.Limiter) {
+				s := p.Stats()
+				b.ReportMetric(float64(s.Served)/float64(max(s.Leases, 1)), "decisions/lease")
+			}
+			suffix := "/keys=" + strconv.Itoa(nkeys) + "/clock=" + clock
+			b.Run("serial"+suffix, func(b *testing.B) {
+				p := newLimiter(b)
 				ctx := context.Background()
 				reqs := make([]gcra.Request, 1)
-				for pb.Next() {
-					reqs[0] = gcra.Request{Key: keys[i%nkeys], Limit: l, Cost: 1}
+				i := 0
+				b.ReportAllocs()
+				b.ResetTimer()
+				for range b.N {
+					reqs[0] = gcra.Request{Key: keys[i&(nkeys-1)], Limit: l, Cost: 1}
 					if d, err := p.Decide(ctx, reqs); err != nil || !d.Allowed {
-						b.Errorf("Decide = %+v, %v", d, err)
-						return
+						b.Fatalf("Decide = %+v, %v", d, err)
 					}
 					i++
 				}
+				b.StopTimer()
+				report(b, p)
 			})
-			b.StopTimer()
-			report(b, p)
-		})
+			b.Run("parallel"+suffix, func(b *testing.B) {
+				p := newLimiter(b)
+				var seq atomic.Int64
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					i := int(seq.Add(17))
+					ctx := context.Background()
+					reqs := make([]gcra.Request, 1)
+					for pb.Next() {
+						reqs[0] = gcra.Request{Key: keys[i&(nkeys-1)], Limit: l, Cost: 1}
+						if d, err := p.Decide(ctx, reqs); err != nil || !d.Allowed {
+							b.Errorf("Decide = %+v, %v", d, err)
+							return
+						}
+						i++
+					}
+				})
+				b.StopTimer()
+				report(b, p)
+			})
+		}
 	}
 }
