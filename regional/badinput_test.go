@@ -131,3 +131,33 @@ func TestDecideBatchAllChecked(t *testing.T) {
 		t.Errorf("b1's full burst after the refused batch = %+v, %v; want allowed (nothing was charged)", d, err)
 	}
 }
+
+// An independent batch answers each request on its own: the bad one gets
+// its error (INVALID_ARGUMENT naming the field) in its own response, the
+// others are decided and charged.
+func TestDecideBatchIndependent(t *testing.T) {
+	p, _ := memPod(t)
+	lim := allotv1.NewLimiterClient(p.conn)
+	r, err := lim.DecideBatch(context.Background(), &allotv1.DecideBatchRequest{Independent: true, Requests: []*allotv1.DecideRequest{
+		{Descriptors: map[string]string{"tenant": "i1"}, Cost: 3},
+		{Descriptors: map[string]string{"user": "no-tenant"}},
+		{Descriptors: map[string]string{"tenant": "i2"}, Cost: 0},
+	}})
+	if err != nil || len(r.GetResponses()) != 3 {
+		t.Fatalf("independent DecideBatch = %v, %v; want 3 responses", r, err)
+	}
+	got := r.GetResponses()
+	if !got[0].GetAllowed() || got[0].GetErrorCode() != 0 {
+		t.Errorf("responses[0] = %v, want allowed", got[0])
+	}
+	if codes.Code(got[1].GetErrorCode()) != codes.InvalidArgument || !strings.Contains(got[1].GetError(), "descriptors.tenant") || got[1].GetAllowed() {
+		t.Errorf("responses[1] = %v, want error_code 3 naming descriptors.tenant, not allowed", got[1])
+	}
+	if !got[2].GetAllowed() || got[2].GetErrorCode() != 0 {
+		t.Errorf("responses[2] (cost 0 means 1) = %v, want allowed", got[2])
+	}
+	d, err := p.s.Decide(context.Background(), map[string]string{"tenant": "i1"}, 3)
+	if err != nil || d.Allowed {
+		t.Errorf("i1's full burst again after the batch = %+v, %v; want denied (the batch charged it)", d, err)
+	}
+}

@@ -96,7 +96,13 @@ type DecideResponse struct {
 	WindowS int64 `protobuf:"varint,9,opt,name=window_s,json=windowS,proto3" json:"window_s,omitempty"`
 	// True when denied only because the store is unavailable and the limit
 	// fails closed: not the caller's excess (HTTP answers 503, not 429).
-	Closed        bool `protobuf:"varint,10,opt,name=closed,proto3" json:"closed,omitempty"`
+	Closed bool `protobuf:"varint,10,opt,name=closed,proto3" json:"closed,omitempty"`
+	// Set only in the answer to an independent DecideBatch: this request was
+	// not decided. error_code is the gRPC status code it would have failed
+	// with alone (3, INVALID_ARGUMENT: the request is bad and error names the
+	// field; anything else: no decision could be made), error the message.
+	ErrorCode     int32  `protobuf:"varint,11,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	Error         string `protobuf:"bytes,12,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -201,9 +207,29 @@ func (x *DecideResponse) GetClosed() bool {
 	return false
 }
 
+func (x *DecideResponse) GetErrorCode() int32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *DecideResponse) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 type DecideBatchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Requests      []*DecideRequest       `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Requests []*DecideRequest       `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	// Independent answers each request on its own: a bad request gets its
+	// error in its own response (error_code, error) and the others are
+	// decided. Without it, one bad request fails the whole batch, checked
+	// before any is decided. Clients that merge unrelated callers' requests
+	// into one batch (the Go client's coalescing) set it.
+	Independent   bool `protobuf:"varint,2,opt,name=independent,proto3" json:"independent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -243,6 +269,13 @@ func (x *DecideBatchRequest) GetRequests() []*DecideRequest {
 		return x.Requests
 	}
 	return nil
+}
+
+func (x *DecideBatchRequest) GetIndependent() bool {
+	if x != nil {
+		return x.Independent
+	}
+	return false
 }
 
 type DecideBatchResponse struct {
@@ -300,7 +333,7 @@ const file_allot_v1_limiter_proto_rawDesc = "" +
 	"\x04cost\x18\x02 \x01(\x03R\x04cost\x1a>\n" +
 	"\x10DescriptorsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa7\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdc\x02\n" +
 	"\x0eDecideResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x1c\n" +
 	"\tremaining\x18\x02 \x01(\x03R\tremaining\x12$\n" +
@@ -312,9 +345,13 @@ const file_allot_v1_limiter_proto_rawDesc = "" +
 	"\x05quota\x18\b \x01(\x03R\x05quota\x12\x19\n" +
 	"\bwindow_s\x18\t \x01(\x03R\awindowS\x12\x16\n" +
 	"\x06closed\x18\n" +
-	" \x01(\bR\x06closed\"I\n" +
+	" \x01(\bR\x06closed\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\v \x01(\x05R\terrorCode\x12\x14\n" +
+	"\x05error\x18\f \x01(\tR\x05error\"k\n" +
 	"\x12DecideBatchRequest\x123\n" +
-	"\brequests\x18\x01 \x03(\v2\x17.allot.v1.DecideRequestR\brequests\"M\n" +
+	"\brequests\x18\x01 \x03(\v2\x17.allot.v1.DecideRequestR\brequests\x12 \n" +
+	"\vindependent\x18\x02 \x01(\bR\vindependent\"M\n" +
 	"\x13DecideBatchResponse\x126\n" +
 	"\tresponses\x18\x01 \x03(\v2\x18.allot.v1.DecideResponseR\tresponses2\x92\x01\n" +
 	"\aLimiter\x12;\n" +
