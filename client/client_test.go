@@ -69,6 +69,9 @@ func TestConfigValidate(t *testing.T) {
 		{"negative timeout", func(c *client.Config) { c.Timeout = -time.Millisecond }, "Timeout"},
 		{"tls and insecure", func(c *client.Config) { c.TLS = &tls.Config{MinVersion: tls.VersionTLS13} }, "TLS and Insecure"},
 		{"no credentials", func(c *client.Config) { c.Insecure = false }, "TLS"},
+		{"max batch 0", func(c *client.Config) { c.MaxBatch = 0 }, "MaxBatch"},
+		{"max batch 257", func(c *client.Config) { c.MaxBatch = 257 }, "MaxBatch"},
+		{"max batch 0, coalesce off", func(c *client.Config) { c.MaxBatch, c.Coalesce = 0, false }, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -192,8 +195,8 @@ func TestDecideBatch(t *testing.T) {
 		})
 	}
 	// A batch the client rejects sends nothing: b4 still has its whole
-	// burst. (One the service rejects may have charged the requests before
-	// the bad one: regional decides a batch in order.)
+	// burst. (One the service rejects while deciding — not for its form —
+	// may have charged the others.)
 	if d, err := c.Decide(ctx, map[string]string{"tenant": "b4"}, 3); err != nil || !d.Allowed {
 		t.Errorf("Decide(b4, 3) after a batch rejected for a cost of 0 = %+v, %v; want allowed", d, err)
 	}

@@ -89,6 +89,13 @@ func New[Q, A any](send SendFunc[Q, A], cfg Config) (*Coalescer[Q, A], error) {
 // MaxBatch is the configured cap on one exchange's items.
 func (co *Coalescer[Q, A]) MaxBatch() int { return co.cfg.MaxBatch }
 
+// Queued is how many calls wait for a flush now.
+func (co *Coalescer[Q, A]) Queued() int {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	return len(co.queue)
+}
+
 // call is one caller's items waiting for, or riding in, a flush. Its fields
 // below ctx are guarded by Coalescer.mu, except answers, which is written
 // once before done is set and read only after.
