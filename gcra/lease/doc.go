@@ -19,14 +19,28 @@
 //
 // # Concurrency
 //
-// A Limiter is safe for concurrent use. Decisions served from a lease take
-// only the key's mutex. One decision per key refills at a time; the others
-// wait for it (waiting honours the context); other keys are not affected. It starts no goroutine; Run is a loop its owner
-// runs and stops through the context.
+// A Limiter is safe for concurrent use. A decision served from a lease
+// takes no lock and allocates nothing: one lookup of the key, one read of
+// the clock, one compare-and-swap on a word that packs the units the key
+// holds with the decisions served from them (so Stats stays exact without
+// a counter shared by all keys). One decision per key refills at a time;
+// the others wait for it (waiting honours the context); other keys are
+// not affected. Sweeps and refills of a key exclude each other; only they
+// write units off or add them. It starts no goroutine; Run is a loop its
+// owner runs and stops through the context.
 //
 // # Clock
 //
-// Config.Clock measures lease lifetimes. It should be monotonic (time.Now's
-// readings are). The store keeps its own clock (Redis TIME for the Redis
-// store).
+// Config.Clock measures lease lifetimes; by default the monotonic clock,
+// read alone (time.Since, one clock read; time.Now makes two). With
+// Config.Tick set and Run running, decisions served from a lease read a
+// coarse clock instead, one atomic load, that Run advances every Tick and
+// refills and sweeps advance whenever they read the clock. The coarse clock
+// only ever lags the clock, so a lease never ends early; it may be served
+// past its TTL by at most Tick plus the time the Go scheduler keeps Run's
+// goroutine from running (on a machine that is not starved, the TTL is in
+// effect TTL + Tick). Whatever the lag, units served late are units the
+// store already admitted, at most Size − 1 per key; nothing is minted.
+// Refills, expiry write-offs and sweeps always read the clock itself. The
+// store keeps its own clock (Redis TIME for the Redis store).
 package lease

@@ -11,10 +11,15 @@ import (
 	"github.com/allot-dev/allot/gcra"
 )
 
+// MaxSize bounds Config.Size: a key's held units are packed in 40 bits of
+// one word (see entry).
+const MaxSize = 1<<tokenBits - 1
+
 // Config configures a Limiter.
 type Config struct {
 	// Size is L, the units one lease takes from the store. A lease should
-	// last a fraction of a second at the key's per-pod rate. Default 10.
+	// last a fraction of a second at the key's per-pod rate. Default 10, at
+	// most MaxSize.
 	Size int64
 	// TTL is how long leased units may be served locally. With P pods, at
 	// most P·Size units are stranded, each for at most TTL. Default 1s.
@@ -23,27 +28,39 @@ type Config struct {
 	// lease would take too large a share of their burst. At least Size.
 	// Default 40.
 	MinBurst int64
-	// Clock measures TTLs. Default time.Now (monotonic).
+	// Clock measures TTLs; tests pass a fake. nil (the default) reads the
+	// monotonic clock alone (time.Since of an instant taken in New: one
+	// clock read, where time.Now makes two).
 	Clock func() time.Time
+	// Tick, when positive, lets decisions served from a lease read a coarse
+	// clock, one atomic load, instead of Clock: Run advances it every Tick
+	// and every refill advances it too. It only ever lags Clock, so an
+	// expired lease may be served late, never early: by at most Tick plus
+	// however long the Go scheduler delays Run's goroutine. Whatever the
+	// lag, what is served late is units the store already admitted, at most
+	// Size − 1 per key. While no Run is running, decisions read Clock.
+	// Zero reads Clock on every decision. Default 10ms (1% of the TTL).
+	Tick time.Duration
 }
 
 // DefaultConfig returns leases of 10 units for 1 s, for keys with a burst
-// of at least 40, on the monotonic clock.
+// of at least 40, on the monotonic clock read coarsely every 10 ms while
+// Run runs.
 func DefaultConfig() Config {
-	return Config{Size: 10, TTL: time.Second, MinBurst: 40, Clock: time.Now}
+	return Config{Size: 10, TTL: time.Second, MinBurst: 40, Tick: 10 * time.Millisecond}
 }
 
 // Validate reports the first invalid field.
 func (c Config) Validate() error {
 	switch {
-	case c.Size < 1:
-		return fmt.Errorf("lease: Size = %d, want ≥ 1", c.Size)
+	case c.Size < 1 || c.Size > MaxSize:
+		return fmt.Errorf("lease: Size = %d, want 1 to %d", c.Size, int64(MaxSize))
 	case c.TTL <= 0:
 		return fmt.Errorf("lease: TTL = %v, want > 0", c.TTL)
 	case c.MinBurst < c.Size:
 		return fmt.Errorf("lease: MinBurst = %d, want ≥ Size (%d)", c.MinBurst, c.Size)
-	case c.Clock == nil:
-		return errors.New("lease: Clock is nil")
+	case c.Tick < 0:
+		return fmt.Errorf("lease: Tick = %v, want ≥ 0", c.Tick)
 	}
 	return nil
 }
@@ -69,20 +86,84 @@ type Stats struct {
 	Held int64
 }
 
-type entry struct {
-	refill chan struct{} // one refiller at a time; waiting honours ctx
+// An entry's word packs the units it holds (low tokenBits bits) and the
+// decisions served from them since they were last counted into
+// Limiter.served (the high bits), so that serving a decision is one
+// compare-and-swap on one word, with no lock and no shared counter.
+const (
+	tokenBits = 40
+	tokenMask = 1<<tokenBits - 1
+	servedOne = 1 << tokenBits
+	servedMax = 1<<(64-tokenBits) - 1
+)
 
-	mu      sync.Mutex // guards the fields below
-	tokens  int64
-	expires time.Time
-	dead    bool // removed by Sweep; look the key up again
+type entry struct {
+	word atomic.Uint64
+	// expires is when the units held expire, in ns on the Limiter's clock.
+	// Written only with refill held, before the units it covers are added.
+	expires atomic.Int64
+	refill  chan struct{}            // one refiller (or sweeper) at a time; waiting honours ctx
+	dead    atomic.Bool              // removed by Sweep (refill held); look the key up again
+	_       [64 - 8 - 8 - 8 - 4]byte // one cache line per key: keys served on other cores do not contend
+}
+
+// take serves cost units from e if it holds them unexpired at now (ns on
+// the Limiter's clock) and returns the units it still holds. It never
+// writes expired units off: that is done with refill held.
+func (l *Limiter) take(e *entry, now int64, cost int64) (int64, bool) {
+	if now >= e.expires.Load() {
+		return 0, false
+	}
+	c := uint64(cost)
+	for {
+		w := e.word.Load()
+		if w&tokenMask < c {
+			return 0, false
+		}
+		nw, spill := w-c+servedOne, false
+		if w>>tokenBits == servedMax {
+			nw, spill = (w-c)&tokenMask, true
+		}
+		if e.word.CompareAndSwap(w, nw) {
+			if spill {
+				l.served.Add(servedMax + 1)
+			}
+			return int64(nw & tokenMask), true
+		}
+	}
+}
+
+// settle, with e.refill held, writes off e's units as stranded if they
+// expired by now, counts the decisions served from them into l.served, and
+// then adds add units. It returns the units e holds after.
+func (l *Limiter) settle(e *entry, now int64, add int64) int64 {
+	expired := now >= e.expires.Load()
+	for {
+		w := e.word.Load()
+		held := int64(w & tokenMask)
+		if expired {
+			held = 0
+		}
+		nw := uint64(held + add)
+		if e.word.CompareAndSwap(w, nw) {
+			l.served.Add(int64(w >> tokenBits))
+			if expired {
+				l.stranded.Add(int64(w & tokenMask))
+			}
+			return held + add
+		}
+	}
 }
 
 // Limiter is a gcra.Store that leases units from another Store.
 type Limiter struct {
 	store   gcra.Store
 	cfg     Config
-	entries sync.Map // key → *entry
+	epoch   time.Time // the clock's zero
+	entries sync.Map  // key → *entry
+
+	coarse  atomic.Int64 // ns since epoch; only ever behind the clock
+	ticking atomic.Int32 // running Run loops that advance coarse
 
 	served, leases, leasedUnits           atomic.Int64
 	fallbacks, fallbackUnits, passthrough atomic.Int64
@@ -99,7 +180,40 @@ func New(store gcra.Store, cfg Config) (*Limiter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Limiter{store: store, cfg: cfg}, nil
+	l := &Limiter{store: store, cfg: cfg}
+	if cfg.Clock != nil {
+		l.epoch = cfg.Clock()
+	} else {
+		l.epoch = time.Now()
+	}
+	return l, nil
+}
+
+// clock reads the clock: ns since epoch.
+func (l *Limiter) clock() int64 {
+	if l.cfg.Clock == nil {
+		return int64(time.Since(l.epoch))
+	}
+	return int64(l.cfg.Clock().Sub(l.epoch))
+}
+
+// now is the instant a served decision checks expiry against: the coarse
+// clock while Run advances it, the clock otherwise.
+func (l *Limiter) now() int64 {
+	if l.ticking.Load() != 0 {
+		return l.coarse.Load()
+	}
+	return l.clock()
+}
+
+// advance moves the coarse clock forward to now (never back).
+func (l *Limiter) advance(now int64) {
+	for {
+		c := l.coarse.Load()
+		if c >= now || l.coarse.CompareAndSwap(c, now) {
+			return
+		}
+	}
 }
 
 func (l *Limiter) entry(key string) *entry {
@@ -110,20 +224,9 @@ func (l *Limiter) entry(key string) *entry {
 	return e.(*entry)
 }
 
-// take serves cost units from e's lease if it holds them unexpired at now,
-// writing off expired units first, and reports whether it served. e.mu must
-// be held.
-func (l *Limiter) take(e *entry, now time.Time, cost int64) bool {
-	if e.tokens > 0 && !now.Before(e.expires) {
-		l.stranded.Add(e.tokens)
-		e.tokens = 0
-	}
-	if e.tokens < cost {
-		return false
-	}
-	e.tokens -= cost
-	l.served.Add(1)
-	return true
+// leases reports whether req is decided from leases, not passed through.
+func (l *Limiter) leased(req *gcra.Request) bool {
+	return req.Limit.Burst >= l.cfg.MinBurst && req.Cost <= l.cfg.Size
 }
 
 // Decide answers a single request from the key's lease when it can, takes a
@@ -133,33 +236,28 @@ func (l *Limiter) take(e *entry, now time.Time, cost int64) bool {
 // decision served from a lease, is the units this Limiter still holds for
 // the key.
 func (l *Limiter) Decide(ctx context.Context, reqs []gcra.Request) (gcra.Decision, error) {
-	if len(reqs) != 1 || reqs[0].Limit.Burst < l.cfg.MinBurst || reqs[0].Cost > l.cfg.Size {
-		l.passthrough.Add(1)
-		d, err := l.store.Decide(ctx, reqs)
-		if err == nil && !d.Allowed {
-			l.denied.Add(1)
-		}
-		return d, err
+	if len(reqs) != 1 || !l.leased(&reqs[0]) {
+		return l.passThrough(ctx, reqs)
 	}
-	if err := gcra.ValidateRequests(reqs); err != nil {
+	return l.DecideOne(ctx, reqs[0])
+}
+
+// DecideOne decides one request as Decide([]gcra.Request{req}) would,
+// without the caller building a slice: a decision served from a lease
+// allocates nothing.
+func (l *Limiter) DecideOne(ctx context.Context, req gcra.Request) (gcra.Decision, error) {
+	if !l.leased(&req) {
+		return l.passThrough(ctx, []gcra.Request{req})
+	}
+	if err := validate(&req); err != nil {
 		return gcra.Decision{}, err
 	}
-	req := reqs[0]
 	for {
 		e := l.entry(req.Key)
-		// Fast path: units in hand.
-		e.mu.Lock()
-		if e.dead {
-			e.mu.Unlock()
-			continue
-		}
-		if l.take(e, l.cfg.Clock(), req.Cost) {
-			rem := e.tokens
-			e.mu.Unlock()
+		// Fast path: units in hand. A dead entry holds none.
+		if rem, ok := l.take(e, l.now(), req.Cost); ok {
 			return gcra.Decision{Result: gcra.Result{Allowed: true, Remaining: rem}}, nil
 		}
-		e.mu.Unlock()
-
 		// Slow path: one refiller per key; the others wait for it.
 		select {
 		case e.refill <- struct{}{}:
@@ -168,28 +266,47 @@ func (l *Limiter) Decide(ctx context.Context, reqs []gcra.Request) (gcra.Decisio
 		}
 		d, retry, err := l.refill(ctx, e, req)
 		<-e.refill
-		if retry {
-			continue
+		if !retry {
+			return d, err
 		}
-		return d, err
 	}
+}
+
+// validate checks a leased request as gcra.ValidateRequests would.
+func validate(req *gcra.Request) error {
+	if req.Key == "" {
+		return &gcra.ItemError{Index: 0, Err: gcra.ErrKey}
+	}
+	if err := req.Limit.Validate(); err != nil {
+		return &gcra.ItemError{Index: 0, Err: err}
+	}
+	if err := req.Limit.CheckCost(req.Cost); err != nil {
+		return &gcra.ItemError{Index: 0, Err: err}
+	}
+	return nil
+}
+
+func (l *Limiter) passThrough(ctx context.Context, reqs []gcra.Request) (gcra.Decision, error) {
+	l.passthrough.Add(1)
+	d, err := l.store.Decide(ctx, reqs)
+	if err == nil && !d.Allowed {
+		l.denied.Add(1)
+	}
+	return d, err
 }
 
 // refill runs with e.refill held: it serves from a lease another refiller
 // just took, or takes a new lease, or falls back to a request of the
 // decision's own cost. retry is true when e died meanwhile.
 func (l *Limiter) refill(ctx context.Context, e *entry, req gcra.Request) (d gcra.Decision, retry bool, err error) {
-	e.mu.Lock()
-	if e.dead {
-		e.mu.Unlock()
+	if e.dead.Load() {
 		return gcra.Decision{}, true, nil
 	}
-	if l.take(e, l.cfg.Clock(), req.Cost) {
-		rem := e.tokens
-		e.mu.Unlock()
+	now := l.clock()
+	l.advance(now)
+	if rem, ok := l.take(e, now, req.Cost); ok {
 		return gcra.Decision{Result: gcra.Result{Allowed: true, Remaining: rem}}, false, nil
 	}
-	e.mu.Unlock()
 
 	lease := req
 	lease.Cost = l.cfg.Size
@@ -198,19 +315,16 @@ func (l *Limiter) refill(ctx context.Context, e *entry, req gcra.Request) (d gcr
 		return gcra.Decision{}, false, err
 	}
 	if d.Allowed {
-		now := l.cfg.Clock()
+		now := l.clock()
+		l.advance(now)
 		l.leases.Add(1)
 		l.leasedUnits.Add(l.cfg.Size)
 		l.served.Add(1)
-		e.mu.Lock()
-		if e.tokens > 0 && !now.Before(e.expires) {
-			l.stranded.Add(e.tokens)
-			e.tokens = 0
-		}
-		e.tokens += l.cfg.Size - req.Cost
-		e.expires = now.Add(l.cfg.TTL)
-		d.Remaining = e.tokens
-		e.mu.Unlock()
+		// Write expired units off before the new expiry covers them; the
+		// units added after it are covered by it.
+		l.settle(e, now, 0)
+		e.expires.Store(now + int64(l.cfg.TTL))
+		d.Remaining = l.settle(e, now, l.cfg.Size-req.Cost)
 		return d, false, nil
 	}
 	// A full lease is not available: ask for just this decision's units.
@@ -231,42 +345,64 @@ func (l *Limiter) refill(ctx context.Context, e *entry, req gcra.Request) (d gcr
 // that hold nothing. It returns the number of keys forgotten. Keys being
 // refilled are left for the next sweep.
 func (l *Limiter) Sweep() int {
-	now := l.cfg.Clock()
-	n := 0
+	now := l.clock()
+	l.advance(now)
+	n, seen := 0, 0
 	l.entries.Range(func(k, v any) bool {
+		if seen++; seen%1024 == 0 {
+			l.advance(l.clock()) // a long sweep delays Run's next tick
+		}
 		e := v.(*entry)
 		select {
 		case e.refill <- struct{}{}:
 		default:
 			return true // busy
 		}
-		e.mu.Lock()
-		if e.tokens > 0 && !now.Before(e.expires) {
-			l.stranded.Add(e.tokens)
-			e.tokens = 0
-		}
-		if e.tokens == 0 {
-			e.dead = true
+		// Takers can take units but never add them: once e holds none, it
+		// holds none until a refill, which waits for e.refill.
+		if l.settle(e, now, 0) == 0 {
+			e.dead.Store(true)
 			l.entries.Delete(k)
 			n++
 		}
-		e.mu.Unlock()
 		<-e.refill
 		return true
 	})
 	return n
 }
 
-// Run sweeps once per TTL until ctx is done, then returns nil.
+// Run sweeps once per TTL and, when Config.Tick is positive, advances the
+// coarse clock every Tick, until ctx is done; then it returns nil.
 func (l *Limiter) Run(ctx context.Context) error {
-	t := time.NewTicker(l.cfg.TTL)
+	if l.cfg.Tick <= 0 {
+		t := time.NewTicker(l.cfg.TTL)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+				l.Sweep()
+			}
+		}
+	}
+	l.advance(l.clock())
+	l.ticking.Add(1)
+	defer l.ticking.Add(-1)
+	t := time.NewTicker(l.cfg.Tick)
 	defer t.Stop()
+	next := l.clock() + int64(l.cfg.TTL)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			l.Sweep()
+			now := l.clock()
+			l.advance(now)
+			if now >= next {
+				l.Sweep()
+				next = now + int64(l.cfg.TTL)
+			}
 		}
 	}
 }
@@ -275,16 +411,15 @@ func (l *Limiter) Run(ctx context.Context) error {
 // swept or touched are still in Held. Under concurrent decisions the fields
 // are read one by one, not as one snapshot.
 func (l *Limiter) Stats() Stats {
-	var held int64
+	var held, served int64
 	l.entries.Range(func(_, v any) bool {
-		e := v.(*entry)
-		e.mu.Lock()
-		held += e.tokens
-		e.mu.Unlock()
+		w := v.(*entry).word.Load()
+		held += int64(w & tokenMask)
+		served += int64(w >> tokenBits)
 		return true
 	})
 	s := Stats{
-		Served:        l.served.Load(),
+		Served:        l.served.Load() + served,
 		Leases:        l.leases.Load(),
 		LeasedUnits:   l.leasedUnits.Load(),
 		Fallbacks:     l.fallbacks.Load(),

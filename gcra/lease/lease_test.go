@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -75,7 +76,8 @@ func TestConfig(t *testing.T) {
 		{"size", "Size", func(c *lease.Config) { c.Size = 0 }},
 		{"ttl", "TTL", func(c *lease.Config) { c.TTL = 0 }},
 		{"min burst", "MinBurst", func(c *lease.Config) { c.MinBurst = c.Size - 1 }},
-		{"clock", "Clock", func(c *lease.Config) { c.Clock = nil }},
+		{"size above MaxSize", "Size", func(c *lease.Config) { c.Size, c.MinBurst = lease.MaxSize+1, lease.MaxSize+1 }},
+		{"tick", "Tick", func(c *lease.Config) { c.Tick = -time.Millisecond }},
 	}
 	for _, tc := range cases {
 		cfg := lease.DefaultConfig()
@@ -92,14 +94,40 @@ func TestConfig(t *testing.T) {
 // Several pods (Limiters) over one store, many goroutines each, random
 // costs, the clock moving: the pods never admit more than the store
 // counted, and what the store counted but nobody admitted is exactly the
-// stranded units plus those still held.
+// stranded units plus those still held. With coarse, each pod's Run
+// advances a coarse clock every millisecond (and sweeps) meanwhile.
 func TestNeverAdmitsMoreThanStoreCounted(t *testing.T) {
+	for _, coarse := range []bool{false, true} {
+		name := "exact"
+		if coarse {
+			name = "coarse"
+		}
+		t.Run(name, func(t *testing.T) { testNeverAdmitsMoreThanStoreCounted(t, coarse) })
+	}
+}
+
+func testNeverAdmitsMoreThanStoreCounted(t *testing.T, coarse bool) {
 	clk, store, cfg := setup(t, 10, 40)
 	cfg.TTL = 20 * time.Millisecond
+	cfg.Tick = time.Millisecond
 	l := gcra.Limit{T: 1000, Burst: 100} // 1000/s
 	pods := []*lease.Limiter{newLimiter(t, store, cfg), newLimiter(t, store, cfg), newLimiter(t, store, cfg)}
+	stop := func() {}
+	if coarse {
+		ctx, cancel := context.WithCancel(context.Background())
+		var runs sync.WaitGroup
+		for _, p := range pods {
+			runs.Go(func() {
+				if err := p.Run(ctx); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		stop = func() { cancel(); runs.Wait() }
+		t.Cleanup(stop)
+	}
 	start := clk.us.Load()
-	var admitted atomic.Int64
+	var admitted, allowed atomic.Int64
 	var wg sync.WaitGroup
 	for g := 0; g < 12; g++ {
 		wg.Add(1)
@@ -123,11 +151,13 @@ func TestNeverAdmitsMoreThanStoreCounted(t *testing.T) {
 				}
 				if d.Allowed {
 					admitted.Add(cost)
+					allowed.Add(1)
 				}
 			}
 		}(g)
 	}
 	wg.Wait()
+	stop() // no sweep between the reads of Stats below
 	elapsed := clk.us.Load() - start
 	counted := store.units.Load()
 	if got := admitted.Load(); got > counted {
@@ -136,13 +166,17 @@ func TestNeverAdmitsMoreThanStoreCounted(t *testing.T) {
 	if bound := 2 * (l.Burst + elapsed/l.T + 1); counted > bound {
 		t.Fatalf("store counted %d units over two keys in %dµs, bound %d", counted, elapsed, bound)
 	}
-	var stranded, held, leased, served int64
+	var stranded, held, leased, served, decisions int64
 	for _, p := range pods {
 		s := p.Stats()
 		stranded += s.Stranded
 		held += s.Held
 		leased += s.LeasedUnits
 		served += s.ServedUnits + s.FallbackUnits
+		decisions += s.Served + s.Fallbacks - s.Denied
+	}
+	if decisions != allowed.Load() {
+		t.Fatalf("pods report %d decisions allowed (served + fallbacks − denied), callers saw %d", decisions, allowed.Load())
 	}
 	if gap := counted - admitted.Load(); gap != stranded+held {
 		t.Fatalf("store counted %d, pods admitted %d: gap %d, but stranded %d + held %d", counted, admitted.Load(), gap, stranded, held)
@@ -346,4 +380,112 @@ func TestLeasesOnRedis(t *testing.T) {
 	if leases == 0 {
 		t.Fatal("no lease was taken")
 	}
+}
+
+// Many goroutines take from one key's leases at once, with the clock
+// still (nothing expires) and a store that admits only the burst: the
+// callers are admitted exactly the units the store counted less those
+// still held, never more, and the Limiter counts every decision it served.
+func TestConcurrentTakersNeverOverServe(t *testing.T) {
+	_, store, cfg := setup(t, 100, 100)
+	l := gcra.Limit{T: 1_000_000_000, Burst: 10_000} // nothing refills during the test
+	p := newLimiter(t, store, cfg)
+	var admitted, allowed atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), 2))
+			for range 4000 {
+				cost := 1 + r.Int64N(3)
+				d, err := p.Decide(context.Background(), []gcra.Request{{Key: "hot", Limit: l, Cost: cost}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(cost)
+					allowed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	s := p.Stats()
+	counted := store.units.Load()
+	if counted > l.Burst {
+		t.Fatalf("store counted %d units, more than the burst %d", counted, l.Burst)
+	}
+	if got, want := admitted.Load(), counted-s.Held; got != want {
+		t.Fatalf("callers admitted %d units; store counted %d, %d held: want %d (stats %+v)", got, counted, s.Held, want, s)
+	}
+	if s.Stranded != 0 {
+		t.Fatalf("stranded %d with a still clock", s.Stranded)
+	}
+	if got := s.Served + s.Fallbacks - s.Denied; got != allowed.Load() {
+		t.Fatalf("served %d + fallbacks %d − denied %d = %d decisions, callers saw %d allowed", s.Served, s.Fallbacks, s.Denied, got, allowed.Load())
+	}
+	if s.Leases < 50 || s.Denied == 0 {
+		t.Fatalf("stats %+v: want the burst spent through many leases, then denials", s)
+	}
+}
+
+// With Run advancing the coarse clock every Tick, a lease is served until
+// its TTL, never after TTL + Tick, and, when Run keeps up (synctest.Wait
+// lets it), not after the TTL. Time is synctest's: the store's and the
+// Limiter's clocks are the bubble's. Run starts at s, ticks at s + k·Tick
+// and sweeps at s + k·TTL; leases are taken at s + Tick and s + TTL + Tick,
+// so that no sweep, only the decisions' own expiry checks, ends them.
+func TestCoarseClockExpiry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ms, err := memstore.New(memstore.DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		store := &counting{Store: ms}
+		cfg := lease.DefaultConfig()
+		cfg.Tick = 10 * time.Millisecond
+		p := newLimiter(t, store, cfg)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- p.Run(ctx) }()
+		defer func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		}()
+		req := []gcra.Request{{Key: "k", Limit: gcra.Limit{T: 1000, Burst: 100}, Cost: 1}}
+		decide := func(step string, wantLeases, wantStranded int64) {
+			t.Helper()
+			d, err := p.Decide(context.Background(), req)
+			if err != nil || !d.Allowed {
+				t.Fatalf("%s: Decide = %+v, %v", step, d, err)
+			}
+			if s := p.Stats(); s.Leases != wantLeases || s.Stranded != wantStranded {
+				t.Fatalf("%s: stats %+v, want %d leases, %d stranded", step, s, wantLeases, wantStranded)
+			}
+		}
+		wait := func(d time.Duration) {
+			<-time.After(d)
+		}
+
+		wait(cfg.Tick)
+		synctest.Wait()
+		decide("first, at s + Tick", 1, 0)
+		wait(cfg.TTL - time.Nanosecond)
+		synctest.Wait()
+		decide("just before the TTL", 1, 0) // never early
+		wait(time.Nanosecond)
+		synctest.Wait()
+		decide("at the TTL, Run on time", 2, 8)
+
+		// Without letting Run catch up: the decision at TTL + Tick may run
+		// before Run handles that instant's tick, but the tick before it
+		// already reached the TTL.
+		wait(cfg.TTL + cfg.Tick)
+		decide("at TTL + Tick, Run possibly one tick behind", 3, 17)
+		if counted := store.units.Load(); counted != 30 {
+			t.Fatalf("store counted %d, want three leases' 30", counted)
+		}
+	})
 }
