@@ -69,8 +69,8 @@ type Config struct {
 	DialOptions []grpc.DialOption
 	// Coalesce merges Decide calls made at the same time in this process
 	// into DecideBatch RPCs, by natural batching: a call that finds fewer
-	// than 8 RPCs in flight is sent at once, alone, so at low load nothing
-	// changes; calls arriving while 8 are in flight wait and go together in
+	// than 4 RPCs in flight is sent at once, alone, so at low load nothing
+	// changes; calls arriving while 4 are in flight wait and go together in
 	// the next one. Under concurrency this cuts the CPU that the limiter and
 	// this process spend per decision several-fold (BENCHMARKS.md). Each
 	// call keeps its own answer, error and deadline. DefaultConfig sets it.
@@ -84,7 +84,7 @@ type Config struct {
 const DefaultMaxBatch = 64
 
 // coalesceFlushers is how many merged RPCs may be in flight at once.
-const coalesceFlushers = 8
+const coalesceFlushers = 4
 
 // DefaultConfig returns the defaults; set Target and one of TLS or Insecure.
 func DefaultConfig() Config {

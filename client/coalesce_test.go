@@ -104,11 +104,11 @@ func TestCoalescedAnswersReachTheirCallers(t *testing.T) {
 // gets ErrInvalid naming its field; the others are decided.
 func TestCoalescedBadRequestFailsAlone(t *testing.T) {
 	l := startLimiter(t)
-	r := rpcs{hold: make(chan struct{}), holdFirst: 8}
+	r := rpcs{hold: make(chan struct{}), holdFirst: client.InFlight}
 	c := coalescingClient(t, l.Addr, &r)
 	var wg sync.WaitGroup
-	// Occupy every RPC slot (8) so that the next callers queue together.
-	for i := range 8 {
+	// Occupy every RPC slot so that the next callers queue together.
+	for i := range client.InFlight {
 		wg.Go(func() {
 			if _, err := c.Decide(context.Background(), map[string]string{"tenant": fmt.Sprintf("fill-%d", i)}, 1); err != nil {
 				t.Errorf("filler: %v", err)
@@ -116,8 +116,8 @@ func TestCoalescedBadRequestFailsAlone(t *testing.T) {
 		})
 	}
 	wait.Until(t, 10*time.Second, func() error {
-		if n := r.held.Load(); n < 8 {
-			return fmt.Errorf("%d of 8 RPCs held", n)
+		if n := r.held.Load(); n < client.InFlight {
+			return fmt.Errorf("%d of %d RPCs held", n, client.InFlight)
 		}
 		return nil
 	})

@@ -8,3 +8,6 @@ func Queued(c *Client) int {
 	}
 	return c.co.Queued()
 }
+
+// InFlight is how many coalesced RPCs may be in flight at once.
+const InFlight = coalesceFlushers
