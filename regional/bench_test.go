@@ -7,11 +7,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/allot-dev/allot/client"
 	"github.com/allot-dev/allot/gcra/redisstore"
 	"github.com/allot-dev/allot/internal/redistest"
 	allotv1 "github.com/allot-dev/allot/proto/allot/v1"
@@ -86,7 +88,58 @@ func BenchmarkEndToEnd(b *testing.B) {
 			return nil
 		},
 	}
-	for _, name := range []string{"grpc", "http"} {
+	// grpc-batch64: DecideBatch RPCs of 64 decisions; one op is one
+	// decision, the latencies are those of whole batches.
+	const batch = 64
+	b.Run(fmt.Sprintf("transport=grpc-batch%d/concurrency=%d", batch, 4), func(b *testing.B) {
+		var lat latencies
+		var next atomic.Int64
+		b.SetParallelism(2)
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			req := &allotv1.DecideBatchRequest{}
+			for more := true; more; {
+				req.Requests = req.Requests[:0]
+				for len(req.Requests) < batch {
+					if more = pb.Next(); !more {
+						break
+					}
+					i := next.Add(1)
+					req.Requests = append(req.Requests, &allotv1.DecideRequest{Descriptors: map[string]string{"tenant": fmt.Sprintf("bench-%d", i%1024)}, Cost: 1})
+				}
+				if len(req.Requests) == 0 {
+					break
+				}
+				start := time.Now()
+				r, err := lim.DecideBatch(context.Background(), req)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				for _, d := range r.GetResponses() {
+					if !d.GetAllowed() {
+						b.Error("denied")
+						return
+					}
+				}
+				lat.add(time.Since(start))
+			}
+		})
+		lat.report(b)
+	})
+	ac, err := client.New(client.Config{Target: p.conn.Target(), Insecure: true, Timeout: 10 * time.Second, Coalesce: true, MaxBatch: client.DefaultMaxBatch})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = ac.Close() })
+	transports["client"] = func(i int) error {
+		d, err := ac.Decide(context.Background(), map[string]string{"tenant": fmt.Sprintf("bench-%d", i%1024)}, 1)
+		if err == nil && !d.Allowed {
+			err = fmt.Errorf("denied")
+		}
+		return err
+	}
+	for _, name := range []string{"grpc", "client", "http"} {
 		call := transports[name]
 		for _, conc := range []int{1, 16, 64} {
 			b.Run(fmt.Sprintf("transport=%s/concurrency=%d", name, conc), func(b *testing.B) {
