@@ -4,4 +4,9 @@
 // separate module so that peers stay out of allot's go.mod; it only has
 // benchmarks (go test -bench . in this directory). See BENCHMARKS.md at the
 // repository root for the method and the figures.
+//
+// cmd/benchpeers (make bench-peers) measures the whole path instead: allot
+// regional as its own process against redis-benchmark's physical limit,
+// Envoy's reference ratelimit service, redis_rate behind an RLS server and
+// gubernator, each its own process, in one interleaved run.
 package peers

@@ -1,0 +1,7 @@
+package main
+
+import "syscall"
+
+// childAttr makes a child die with the harness, so an interrupted run
+// leaves no server behind.
+func childAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} }

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"bytes"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPercentile(t *testing.T) {
+	hundred := make([]time.Duration, 100)
+	for i := range hundred {
+		hundred[i] = time.Duration(i+1) * time.Microsecond
+	}
+	tests := []struct {
+		name string
+		lat  []time.Duration
+		q    float64
+		want time.Duration
+	}{
+		{"empty", nil, 0.5, 0},
+		{"one", []time.Duration{7}, 0.99, 7},
+		{"p50 of 1..100", hundred, 0.50, 50 * time.Microsecond},
+		{"p99 of 1..100", hundred, 0.99, 99 * time.Microsecond},
+		{"p100 of 1..100", hundred, 1, 100 * time.Microsecond},
+		{"p50 of 1..3", hundred[:3], 0.50, 2 * time.Microsecond},
+		{"p99 of 1..3", hundred[:3], 0.99, 3 * time.Microsecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := percentile(tt.lat, tt.q); got != tt.want {
+				t.Errorf("percentile(%s, %v) = %v, want %v", tt.name, tt.q, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestMedian(t *testing.T) {
+	tests := []struct {
+		xs   []float64
+		want float64
+	}{
+		{nil, 0},
+		{[]float64{3}, 3},
+		{[]float64{5, 1, 3}, 3},
+		{[]float64{4, 1, 3, 2}, 2.5},
+	}
+	for _, tt := range tests {
+		if got := median(tt.xs); got != tt.want {
+			t.Errorf("median(%v) = %v, want %v", tt.xs, got, tt.want)
+		}
+	}
+}
+
+// fixedRun is three rounds of allot's RLS against Envoy's ratelimit at one
+// concurrency, and the physical limit: numbers chosen so every median and
+// ratio is exact.
+func fixedRun() report {
+	ms := time.Millisecond
+	res := func(p string, round int, decisions int64, p99 time.Duration) result {
+		return result{Peer: p, Conc: 16, Round: round, Decisions: decisions, Elapsed: time.Second, Total: decisions,
+			P50: p99 / 4, P99: p99, RedisCalls: 1}
+	}
+	return report{
+		Cfg: config{rounds: 3, warmup: time.Second, duration: time.Second, conc: []int{16}, conns: 2, tenants: 1024, pipeline: 64},
+		Peers: []peer{
+			{Name: "redis-benchmark-P1", Group: groupPhysical, Pipe: 1},
+			{Name: "redis-benchmark-P64", Group: groupPhysical, Pipe: 64},
+			{Name: "allot-rls-exact", Group: groupAllot, Transport: "rls", Mode: modeExact},
+			{Name: "envoy-ratelimit", Group: groupEnvoy, Transport: "rls"},
+		},
+		Results: []result{
+			res("allot-rls-exact", 1, 15_000, 4*ms),
+			res("allot-rls-exact", 2, 12_000, 2*ms), // median decisions/s 15,000, median p99 3 ms
+			res("allot-rls-exact", 3, 18_000, 3*ms),
+			res("envoy-ratelimit", 1, 10_000, 6*ms), // median 10,000, p99 6 ms
+			res("envoy-ratelimit", 2, 9_000, 7*ms),
+			res("envoy-ratelimit", 3, 11_000, 5*ms),
+			res("redis-benchmark-P1", 1, 40_000, ms),
+			res("redis-benchmark-P64", 1, 60_000, ms), // the pipelined limit: allot is at 25 %
+		},
+	}
+}
+
+func TestAggregateAndRatios(t *testing.T) {
+	rep := fixedRun()
+	cells := aggregate(rep.Results)
+	a, e := cells[cellKey{"allot-rls-exact", 16}], cells[cellKey{"envoy-ratelimit", 16}]
+	if a.N != 3 || a.Rate != 15_000 || a.RateMin != 12_000 || a.RateMax != 18_000 || a.P99 != 3*time.Millisecond {
+		t.Errorf("aggregate(allot) = %+v, want 3 rounds, 15,000/s (12,000–18,000), p99 3ms", a)
+	}
+	if got := ratio(a.Rate, e.Rate); got != 1.5 {
+		t.Errorf("decisions/s ratio = %v, want 1.5", got)
+	}
+	if got := ratio(float64(a.P99), float64(e.P99)); got != 0.5 {
+		t.Errorf("p99 ratio = %v, want 0.5", got)
+	}
+	if got := ratio(1, 0); !math.IsNaN(got) {
+		t.Errorf("ratio(1, 0) = %v, want NaN", got)
+	}
+	limit, at := pipelinedLimit(cells, rep.Peers, rep.Cfg.conc)
+	if limit != 60_000 || at != 16 {
+		t.Errorf("pipelinedLimit = %v at %d, want 60000 at 16", limit, at)
+	}
+
+	var md bytes.Buffer
+	writeMarkdown(&md, rep)
+	for _, want := range []string{
+		"| `allot-rls-exact` | 16 | 1.50× † / 0.50× † |",                         // allot ÷ envoy, rounds apart
+		"| `allot-rls-exact` | 16 | 15,000 | 25 % | 38 % |",                      // ÷ 60,000 and ÷ 40,000
+		"| `allot-rls-exact` | 16 | 15,000 | 12,000–18,000 | 750 µs | 3.00 ms |", // every peer
+		"**60,000 decisions/s**",
+	} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("report.md lacks %q; got:\n%s", want, md.String())
+		}
+	}
+	var raw bytes.Buffer
+	writeRaw(&raw, rep)
+	want := "BenchmarkPeers/peer=allot-rls-exact/conc=16\t15000\t66666.7 ns/op\t15000 decisions/s\t1000.0 p50-µs\t4000.0 p99-µs\t"
+	if !strings.Contains(raw.String(), want) {
+		t.Errorf("raw.txt lacks %q; got:\n%s", want, raw.String())
+	}
+}
+
+func TestApart(t *testing.T) {
+	tests := []struct {
+		aMin, aMax, bMin, bMax float64
+		want                   int
+	}{
+		{12, 18, 9, 11, 1},
+		{1, 2, 3, 4, -1},
+		{10, 12, 11, 13, 0},
+		{10, 12, 12, 13, 0}, // touching is overlapping
+	}
+	for _, tt := range tests {
+		if got := apart(tt.aMin, tt.aMax, tt.bMin, tt.bMax); got != tt.want {
+			t.Errorf("apart(%v–%v, %v–%v) = %d, want %d", tt.aMin, tt.aMax, tt.bMin, tt.bMax, got, tt.want)
+		}
+	}
+	for rounds, want := range map[int]string{1: "", 3: "1 in 10", 6: "1 in 462"} {
+		if got := chance(rounds); !strings.Contains(got, want) {
+			t.Errorf("chance(%d) = %q, want it to say %q", rounds, got, want)
+		}
+	}
+}
+
+func TestParseBenchCSV(t *testing.T) {
+	out := `"test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
+"EVALSHA b78d 1 key:__rand_int__ 1 1000000 1","43956.04","0.312","0.056","0.271","0.495","0.647","2.111"
+`
+	r, err := parseBenchCSV(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.rps != 43956.04 || r.p50 != 271*time.Microsecond || r.p99 != 647*time.Microsecond {
+		t.Errorf("parseBenchCSV = %+v, want 43956.04 rps, p50 271µs, p99 647µs", r)
+	}
+	if _, err := parseBenchCSV("All clients disconnected... aborting.\n"); err == nil {
+		t.Error("parseBenchCSV(no result) = nil error, want an error")
+	}
+}
+
+func TestParseRedisStats(t *testing.T) {
+	tests := []struct {
+		name        string
+		info        string
+		calls, usec int64
+		cpu         time.Duration
+	}{
+		{
+			name: "script: nested commands and admin commands left out",
+			info: "# Commandstats\r\ncmdstat_time:calls=1000,usec=126,usec_per_call=0.13\r\ncmdstat_set:calls=1000,usec=500,usec_per_call=0.50\r\n" +
+				"cmdstat_evalsha:calls=1000,usec=5581,usec_per_call=5.58\r\ncmdstat_info:calls=2,usec=42\r\ncmdstat_config|resetstat:calls=1,usec=112\r\n" +
+				"# CPU\r\nused_cpu_sys:0.010000\r\nused_cpu_user:0.020500\r\nused_cpu_sys_children:1.000000\r\n",
+			calls: 1000, usec: 5581, cpu: 30500 * time.Microsecond,
+		},
+		{
+			name:  "no script: every data command",
+			info:  "cmdstat_incrby:calls=10,usec=20\r\ncmdstat_expire:calls=10,usec=15\r\ncmdstat_client|setinfo:calls=4,usec=4\r\n",
+			calls: 20, usec: 35,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := parseRedisStats(tt.info)
+			if got.calls != tt.calls || got.usec != tt.usec || got.cpu != tt.cpu {
+				t.Errorf("parseRedisStats = %+v, want calls %d usec %d cpu %v", got, tt.calls, tt.usec, tt.cpu)
+			}
+		})
+	}
+}
+
+func TestRequestsFor(t *testing.T) {
+	tests := []struct {
+		rps        float64
+		d          time.Duration
+		conc, pipe int
+		want       int
+	}{
+		{40_000, time.Second, 1, 1, 40_000},
+		{40_000, time.Second, 16, 64, 40_960},  // rounded up to a multiple of 1024
+		{100, time.Second, 64, 64, 16_384},     // at least 4 pipelines per client
+		{10, time.Millisecond, 1, 1, 1000},     // at least 1000
+		{150_001, time.Second, 3, 64, 150_144}, // multiple of 192
+	}
+	for _, tt := range tests {
+		got := requestsFor(tt.rps, tt.d, tt.conc, tt.pipe)
+		if got != tt.want || got%(tt.conc*tt.pipe) != 0 {
+			t.Errorf("requestsFor(%v, %v, %d, %d) = %d, want %d (a multiple of %d)", tt.rps, tt.d, tt.conc, tt.pipe, got, tt.want, tt.conc*tt.pipe)
+		}
+	}
+}

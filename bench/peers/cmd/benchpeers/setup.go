@@ -1,0 +1,483 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+)
+
+// Modes of allot's two limits, selected by the "mode" descriptor.
+const (
+	modeExact  = "exact"
+	modeLeased = "leased"
+)
+
+// allotLease is the lease size of allot's leased limit.
+const allotLease = 10
+
+// allotPolicy gives every tenant two regional limits that no run exhausts:
+// "exact" (every decision is one Redis script call) and "leased" (a pod
+// takes allotLease units per Redis call and answers from memory until they
+// are spent). The mode descriptor picks one; no request matches both.
+var allotPolicy = fmt.Sprintf(`version: 1
+regions: [bench]
+default_tier: bench
+limits:
+  - name: exact
+    descriptors: [tenant, mode]
+    match: {mode: %[1]s}
+    rate: %[3]d/s
+    burst: %[4]d
+    scope: regional
+  - name: leased
+    descriptors: [tenant, mode]
+    match: {mode: %[2]s}
+    rate: %[3]d/s
+    burst: %[4]d
+    scope: regional
+    lease: %[5]d
+tiers:
+  bench:
+    budget: {rate: %[3]d/s, burst: %[4]d}
+`, modeExact, modeLeased, benchRate, benchBurst, allotLease)
+
+// envoyConfig is Envoy ratelimit's equivalent: per (tenant, mode) value
+// pair, benchRate requests per second.
+var envoyConfig = fmt.Sprintf(`domain: %s
+descriptors:
+  - key: tenant
+    descriptors:
+      - key: %s
+        rate_limit:
+          unit: second
+          requests_per_unit: %d
+`, rlsDomain, modeKey, benchRate)
+
+// goRedisPool is go-redis's default pool size here (10 per CPU), which allot
+// regional and the redis_rate server use; Envoy's ratelimit gets the same.
+var goRedisPool = 10 * runtime.GOMAXPROCS(0)
+
+// setupAllot builds allot, starts etcd, a coordinator and allot regional,
+// applies the policy and registers the six allot peers.
+func (h *harness) setupAllot(ctx context.Context) error {
+	bin, version, err := h.buildAllot(ctx)
+	if err != nil {
+		return err
+	}
+	h.allotVersion = version
+	addrs, err := freeAddrs(6)
+	if err != nil {
+		return err
+	}
+	etcdClient, etcdPeer, coordGRPC, coordHTTP, grpcAddr, httpAddr := addrs[0], addrs[1], addrs[2], addrs[3], addrs[4], addrs[5]
+	etcdURL := "http://" + etcdClient
+	p, err := startProc("etcd", h.logs, nil, h.self, "serve-etcd", "--dir", filepath.Join(h.work, "etcd"),
+		"--client-url", etcdURL, "--peer-url", "http://"+etcdPeer)
+	if err != nil {
+		return err
+	}
+	h.addProc(p)
+	if err := waitReady(ctx, p, 60*time.Second, h.httpOK(etcdURL+"/health")); err != nil {
+		return err
+	}
+	h.progress("etcd on %s", etcdClient)
+
+	p, err = startProc("allot-coordinator", h.logs, nil, bin, "coordinator", "--etcd", etcdURL,
+		"--grpc-listen", coordGRPC, "--http-listen", coordHTTP, "--insecure-admin", "--id", "bench", "--log-level", "warn")
+	if err != nil {
+		return err
+	}
+	h.addProc(p)
+	coordURL := "http://" + coordHTTP
+	if err := waitReady(ctx, p, 60*time.Second, h.httpOK(coordURL+"/readyz")); err != nil {
+		return err
+	}
+	policyFile := filepath.Join(h.work, "policy.yaml")
+	if err := os.WriteFile(policyFile, []byte(allotPolicy), 0o644); err != nil {
+		return err
+	}
+	if err := waitReady(ctx, p, 30*time.Second, func(ctx context.Context) error {
+		_, err := runCmd(ctx, "", nil, bin, "policy", "apply", "-f", policyFile, "--coordinator", coordURL, "--note", "make bench-peers")
+		return err
+	}); err != nil {
+		return fmt.Errorf("allot policy apply: %w", err)
+	}
+	h.progress("allot coordinator on %s; policy applied", coordHTTP)
+
+	// --store-timeout 1s: every decision waits for Redis, as every peer
+	// does, instead of falling back past allot's default of 5ms when the
+	// shared CPUs queue it. Fallback decisions are counted per case anyway.
+	p, err = startProc("allot-regional", h.logs, nil, bin, "regional", "--region", "bench", "--pod", "bench-0",
+		"--redis", h.redisAddr, "--etcd", etcdURL, "--grpc-listen", grpcAddr, "--http-listen", httpAddr,
+		"--store-timeout", "1s", "--log-level", "warn")
+	if err != nil {
+		return err
+	}
+	h.addProc(p)
+	h.allotHTTP = "http://" + httpAddr
+	if err := waitReady(ctx, p, 60*time.Second, h.httpOK(h.allotHTTP+"/readyz")); err != nil {
+		return err
+	}
+	pool, err := dialPool(grpcAddr, h.cfg.conns)
+	if err != nil {
+		return err
+	}
+	h.pools = append(h.pools, pool)
+	for _, mode := range []string{modeExact, modeLeased} {
+		for _, tr := range []string{"grpc", "rls", "http"} {
+			var call callFunc
+			var what string
+			switch tr {
+			case "grpc":
+				call, what = allotGRPCCall(pool, h.cfg.tenants, mode), "allot regional, gRPC allot.v1.Limiter/Decide"
+			case "rls":
+				call, what = rlsCall(pool, h.cfg.tenants, mode), "allot regional, Envoy RLS ShouldRateLimit"
+			case "http":
+				call, what = allotHTTPCall(h.hc, h.allotHTTP, h.cfg.tenants, mode), "allot regional, HTTP POST /v1/decide (JSON)"
+			}
+			if mode == modeExact {
+				what += "; GCRA in Redis Lua, one script call per decision (concurrent calls share pipelines)"
+			} else {
+				what += fmt.Sprintf("; lease: %d, one Redis call per %d units, the rest from the pod's memory", allotLease, allotLease)
+			}
+			name := "allot-" + tr + "-" + mode
+			if err := h.check(ctx, name, call); err != nil {
+				return err
+			}
+			h.calls[name] = call
+			h.peers = append(h.peers, peer{Name: name, Group: groupAllot, What: what, Transport: tr, Mode: mode})
+		}
+	}
+	h.progress("allot regional on gRPC %s, HTTP %s (%s)", grpcAddr, httpAddr, version)
+	return nil
+}
+
+// check makes one decision through call and wants it allowed.
+func (h *harness) check(ctx context.Context, name string, call callFunc) error {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ok, err := call(cctx, 0, 0)
+	if err != nil {
+		return fmt.Errorf("%s: first decision: %w", name, err)
+	}
+	if !ok {
+		return fmt.Errorf("%s: first decision denied", name)
+	}
+	return nil
+}
+
+// httpOK returns a check that GET url answers 200.
+func (h *harness) httpOK(url string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := h.hc.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
+		return nil
+	}
+}
+
+// buildAllot builds cmd/allot from the work tree (or --allot-rev) with the
+// main module's own settings, and names what it built.
+func (h *harness) buildAllot(ctx context.Context) (bin, version string, err error) {
+	src := h.cfg.repo
+	env := withoutGOFLAGS()
+	if h.cfg.allotRev != "" {
+		src = filepath.Join(h.work, "allot-src")
+		if err := os.MkdirAll(src, 0o755); err != nil {
+			return "", "", err
+		}
+		if _, err := runCmd(ctx, h.cfg.repo, nil, "sh", "-c",
+			"git archive --format=tar \"$0\" | tar -x -C \"$1\"", h.cfg.allotRev, src); err != nil {
+			return "", "", fmt.Errorf("--allot-rev %s: %w", h.cfg.allotRev, err)
+		}
+		out, err := runCmd(ctx, h.cfg.repo, nil, "git", "rev-parse", "--short=12", h.cfg.allotRev)
+		if err != nil {
+			return "", "", err
+		}
+		version = strings.TrimSpace(out) + " (git archive " + h.cfg.allotRev + ")"
+	} else {
+		out, err := runCmd(ctx, h.cfg.repo, nil, "git", "rev-parse", "--short=12", "HEAD")
+		if err != nil {
+			version = "work tree (not a git checkout)"
+		} else {
+			version = strings.TrimSpace(out)
+			dirty, _ := runCmd(ctx, h.cfg.repo, nil, "git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)bench", ":(exclude)*.md")
+			if files := changedFiles(dirty); len(files) > 0 {
+				version += " + uncommitted changes in " + strings.Join(files, ", ")
+			}
+		}
+	}
+	bin = filepath.Join(h.work, "allot")
+	h.progress("building allot (%s)", version)
+	if _, err := runCmd(ctx, src, env, "go", "build", "-o", bin, "./cmd/allot"); err != nil {
+		return "", "", fmt.Errorf("build allot: %w", err)
+	}
+	return bin, version, nil
+}
+
+// changedFiles lists the paths of git status --porcelain output.
+func changedFiles(porcelain string) []string {
+	var out []string
+	s := bufio.NewScanner(strings.NewReader(porcelain))
+	for s.Scan() {
+		if line := s.Text(); len(line) > 3 {
+			out = append(out, strings.TrimSpace(line[3:]))
+		}
+	}
+	return out
+}
+
+// withoutGOFLAGS is the environment with GOFLAGS removed: make bench-peers
+// sets -mod=mod for this module, which must not reach the main module's
+// build.
+func withoutGOFLAGS() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GOFLAGS=") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// allotFallbacks sums allot_fallback_decisions_total from allot regional's
+// metrics (0 for other peers or when unreadable).
+func (h *harness) allotFallbacks(ctx context.Context, p peer) int64 {
+	if p.Group != groupAllot || h.allotHTTP == "" {
+		return 0
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.allotHTTP+"/metrics", nil)
+	if err != nil {
+		return 0
+	}
+	resp, err := h.hc.Do(req)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	var sum float64
+	s := bufio.NewScanner(resp.Body)
+	s.Buffer(make([]byte, 64<<10), 1<<20)
+	for s.Scan() {
+		line := s.Text()
+		if !strings.HasPrefix(line, "allot_fallback_decisions_total{") {
+			continue
+		}
+		if i := strings.LastIndexByte(line, ' '); i > 0 {
+			v, err := strconv.ParseFloat(line[i+1:], 64)
+			if err == nil {
+				sum += v
+			}
+		}
+	}
+	return int64(sum)
+}
+
+// setupEnvoy starts Envoy's reference ratelimit service on the shared Redis.
+func (h *harness) setupEnvoy(ctx context.Context) error {
+	bin, version, err := h.envoyBinary(ctx)
+	if err != nil {
+		return err
+	}
+	h.envoyBin = bin
+	root := filepath.Join(h.work, "envoy-runtime")
+	cfgDir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(cfgDir, "bench.yaml"), []byte(envoyConfig), 0o644); err != nil {
+		return err
+	}
+	addrs, err := freeAddrs(3)
+	if err != nil {
+		return err
+	}
+	httpAddr, grpcAddr, debugAddr := addrs[0], addrs[1], addrs[2]
+	env := []string{
+		"USE_STATSD=false", "LOG_LEVEL=warn",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + h.redisAddr, "REDIS_POOL_SIZE=" + strconv.Itoa(goRedisPool),
+		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config", "RUNTIME_WATCH_ROOT=false",
+		"HOST=127.0.0.1", "PORT=" + portOf(httpAddr),
+		"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + portOf(grpcAddr),
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + portOf(debugAddr),
+	}
+	p, err := startProc("envoy-ratelimit", h.logs, env, bin)
+	if err != nil {
+		return err
+	}
+	h.addProc(p)
+	if err := waitReady(ctx, p, 60*time.Second, h.httpOK("http://"+httpAddr+"/healthcheck")); err != nil {
+		return err
+	}
+	pool, err := dialPool(grpcAddr, h.cfg.conns)
+	if err != nil {
+		return err
+	}
+	h.pools = append(h.pools, pool)
+	call := rlsCall(pool, h.cfg.tenants, modeExact)
+	if err := h.checkRLSLimit(ctx, "envoy-ratelimit", pool); err != nil {
+		return err
+	}
+	h.calls["envoy-ratelimit"] = call
+	h.peers = append(h.peers, peer{Name: "envoy-ratelimit", Group: groupEnvoy, Transport: "rls",
+		What: fmt.Sprintf("envoyproxy/ratelimit %s, Envoy RLS ShouldRateLimit; fixed-window counter in Redis (INCRBY + EXPIRE, pipelined per request); REDIS_POOL_SIZE=%d, other settings default", version, goRedisPool)})
+	h.progress("envoy ratelimit on gRPC %s (%s)", grpcAddr, version)
+	return nil
+}
+
+// checkRLSLimit makes one RLS call and wants it allowed under the
+// configured limit: a server whose configuration matched nothing would
+// answer OK without a limit, and without touching Redis.
+func (h *harness) checkRLSLimit(ctx context.Context, name string, pool grpcPool) error {
+	return waitReady(ctx, nil, 30*time.Second, func(ctx context.Context) error {
+		c := rlsv3.NewRateLimitServiceClient(pool.conn(0))
+		r, err := c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: rlsDomain, HitsAddend: 1,
+			Descriptors: rlsCallDescriptor(tenantName(0), modeExact)})
+		if err != nil {
+			return fmt.Errorf("%s: ShouldRateLimit: %w", name, err)
+		}
+		if r.GetOverallCode() != rlsv3.RateLimitResponse_OK || len(r.GetStatuses()) != 1 {
+			return fmt.Errorf("%s: ShouldRateLimit = %v, want OK with one status", name, r)
+		}
+		if l := r.GetStatuses()[0].GetCurrentLimit(); l.GetRequestsPerUnit() != benchRate || l.GetUnit() != rlsv3.RateLimitResponse_RateLimit_SECOND {
+			return fmt.Errorf("%s: ShouldRateLimit's limit = %v, want %d per second (did the configuration load?)", name, l, benchRate)
+		}
+		return nil
+	})
+}
+
+// envoyBinary returns a ratelimit service binary of the pinned version: the
+// one given, a cached one, or one installed now into the user cache.
+func (h *harness) envoyBinary(ctx context.Context) (bin, version string, err error) {
+	if h.cfg.envoyBin != "" {
+		v, err := binaryModuleVersion(ctx, h.cfg.envoyBin, envoyModule)
+		if err != nil {
+			return "", "", fmt.Errorf("--envoy-bin: %w", err)
+		}
+		return h.cfg.envoyBin, v, nil
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	dir := filepath.Join(cache, "allot-bench-peers", "envoy-ratelimit-"+envoyVersion)
+	// The lead's earlier install of exactly this version, if present.
+	for _, c := range []string{filepath.Join(dir, "service_cmd"), "/tmp/envoyrl/service_cmd"} {
+		if v, err := binaryModuleVersion(ctx, c, envoyModule); err == nil && v == envoyVersion {
+			return c, v, nil
+		}
+	}
+	h.progress("installing %s/src/service_cmd@%s into %s (about a minute, once)", envoyModule, envoyVersion, dir)
+	env := append(withoutGOFLAGS(), "GOBIN="+dir)
+	if _, err := runCmd(ctx, "", env, "go", "install", envoyModule+"/src/service_cmd@"+envoyVersion); err != nil {
+		return "", "", fmt.Errorf("go install Envoy's ratelimit: %w", err)
+	}
+	c := filepath.Join(dir, "service_cmd")
+	v, err := binaryModuleVersion(ctx, c, envoyModule)
+	if err != nil {
+		return "", "", err
+	}
+	return c, v, nil
+}
+
+// binaryModuleVersion reads the version of module mod from a Go binary's
+// build information (go version -m).
+func binaryModuleVersion(ctx context.Context, bin, mod string) (string, error) {
+	if _, err := os.Stat(bin); err != nil {
+		return "", err
+	}
+	out, err := runCmd(ctx, "", nil, "go", "version", "-m", bin)
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && f[0] == "mod" && f[1] == mod {
+			return f[2], nil
+		}
+	}
+	return "", fmt.Errorf("%s: not a build of %s", bin, mod)
+}
+
+// setupRedisRate starts the redis_rate RLS server (this program, serve-redisrate).
+func (h *harness) setupRedisRate(ctx context.Context) error {
+	addr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	p, err := startProc("redis_rate", h.logs, nil, h.self, "serve-redisrate", "--redis", h.redisAddr, "--grpc-listen", addr,
+		"--rate", strconv.Itoa(benchRate), "--burst", strconv.Itoa(benchBurst))
+	if err != nil {
+		return err
+	}
+	h.addProc(p)
+	pool, err := dialPool(addr, h.cfg.conns)
+	if err != nil {
+		return err
+	}
+	h.pools = append(h.pools, pool)
+	if err := h.checkRLSLimit(ctx, "redis_rate", pool); err != nil {
+		if p.exited() {
+			return fmt.Errorf("%w\n%s", err, p.tail(20))
+		}
+		return err
+	}
+	h.calls["redis_rate"] = rlsCall(pool, h.cfg.tenants, modeExact)
+	h.peers = append(h.peers, peer{Name: "redis_rate", Group: groupRedisRate, Transport: "rls",
+		What: fmt.Sprintf("go-redis/redis_rate/v10 %s (AllowN) behind a minimal RLS server (bench/peers); GCRA in Redis Lua, one script call per decision; go-redis default pool (%d)", depVersion("github.com/go-redis/redis_rate/v10"), goRedisPool)})
+	h.progress("redis_rate RLS server on %s", addr)
+	return nil
+}
+
+// setupGubernator starts a single-node gubernator (this program,
+// serve-gubernator).
+func (h *harness) setupGubernator(ctx context.Context) error {
+	addrs, err := freeAddrs(2)
+	if err != nil {
+		return err
+	}
+	p, err := startProc("gubernator", h.logs, nil, h.self, "serve-gubernator", "--grpc-listen", addrs[0], "--http-listen", addrs[1])
+	if err != nil {
+		return err
+	}
+	h.addProc(p)
+	pool, err := dialPool(addrs[0], h.cfg.conns)
+	if err != nil {
+		return err
+	}
+	h.pools = append(h.pools, pool)
+	call := gubernatorCall(pool, h.cfg.tenants, benchRate)
+	if err := waitReady(ctx, p, 60*time.Second, func(ctx context.Context) error {
+		ok, err := call(ctx, 0, 0)
+		if err == nil && !ok {
+			err = errors.New("first decision denied")
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+	h.calls["gubernator"] = call
+	h.peers = append(h.peers, peer{Name: "gubernator", Group: groupGubernator, Transport: "grpc",
+		What: fmt.Sprintf("gubernator %s single node, its own gRPC V1/GetRateLimits; token bucket in the server's memory (no Redis)", depVersion("github.com/gubernator-io/gubernator/v2"))})
+	h.progress("gubernator on gRPC %s", addrs[0])
+	return nil
+}
