@@ -282,8 +282,9 @@ func (h *harness) runRounds(ctx context.Context) ([]result, error) {
 	return out, nil
 }
 
-// runCase flushes Redis, resets its command statistics, runs one case and
-// reads them back.
+// runCase flushes Redis and resets its command statistics, runs one case,
+// and reads Redis's statistics as the measured window opens and closes, so
+// they cover the same decisions as the throughput.
 func (h *harness) runCase(ctx context.Context, p peer, conc int, est map[[2]int]float64) (result, error) {
 	if err := h.rdb.FlushAll(ctx).Err(); err != nil {
 		return result{}, fmt.Errorf("FLUSHALL: %w", err)
@@ -292,40 +293,36 @@ func (h *harness) runCase(ctx context.Context, p peer, conc int, est map[[2]int]
 		return result{}, fmt.Errorf("CONFIG RESETSTAT: %w", err)
 	}
 	res := result{Peer: p.Name, Conc: conc}
+	var st [2]redisStats
+	var stErr [2]error
+	mark := func(i int) { st[i], stErr[i] = readRedisStats(ctx, h.rdb) }
 	fallbacks0 := h.allotFallbacks(ctx, p)
-	st0, err := readRedisStats(ctx, h.rdb)
-	if err != nil {
-		return res, err
-	}
-	cpu0 := st0.cpu
 	if p.Group == groupPhysical {
 		key := [2]int{p.Pipe, conc}
 		rps := est[key]
 		if rps == 0 {
 			rps = 20_000 * float64(min(p.Pipe, 8))
 		}
-		warm := 0
 		if h.cfg.warmup > 0 {
-			warm = requestsFor(rps, h.cfg.warmup, conc, p.Pipe)
-			w, err := h.bench.run(ctx, conc, p.Pipe, warm)
+			w, err := h.bench.run(ctx, conc, p.Pipe, requestsFor(rps, h.cfg.warmup, conc, p.Pipe))
 			if err != nil {
 				return res, err
 			}
 			rps = w.rps
 		}
+		mark(0)
 		m, err := h.bench.run(ctx, conc, p.Pipe, requestsFor(rps, h.cfg.duration, conc, p.Pipe))
 		if err != nil {
 			return res, err
 		}
+		mark(1)
 		est[key] = m.rps
 		res.Decisions = int64(m.requests)
 		res.Elapsed = time.Duration(float64(m.requests) / m.rps * float64(time.Second))
 		res.P50, res.P99 = m.p50, m.p99
-		// Every request of the warm-up and the measured run went to Redis.
-		res.Total = int64(m.requests + warm)
 	} else {
-		s := drive(ctx, h.calls[p.Name], conc, h.cfg.tenants, h.cfg.warmup, h.cfg.duration)
-		res.Decisions, res.Elapsed, res.Total = s.decisions, s.elapsed, s.total
+		s := drive(ctx, h.calls[p.Name], conc, h.cfg.tenants, h.cfg.warmup, h.cfg.duration, mark)
+		res.Decisions, res.Elapsed = s.decisions, s.elapsed
 		res.Denied, res.Errors = s.denied, s.errors
 		if s.firstErr != nil {
 			res.FirstErr = s.firstErr.Error()
@@ -335,14 +332,16 @@ func (h *harness) runCase(ctx context.Context, p peer, conc int, est map[[2]int]
 	if ctx.Err() != nil {
 		return res, ctx.Err()
 	}
-	st, err := readRedisStats(ctx, h.rdb)
-	if err != nil {
-		return res, err
+	for _, err := range stErr {
+		if err != nil {
+			return res, err
+		}
 	}
-	if res.Total > 0 {
-		res.RedisCalls = float64(st.calls) / float64(res.Total)
-		res.RedisUsec = float64(st.usec) / float64(res.Total)
-		res.RedisCPU = us(st.cpu-cpu0) / float64(res.Total)
+	if res.Decisions > 0 {
+		d := st[1].sub(st[0])
+		res.RedisCalls = float64(d.calls) / float64(res.Decisions)
+		res.RedisUsec = float64(d.usec) / float64(res.Decisions)
+		res.RedisCPU = us(d.cpu) / float64(res.Decisions)
 	}
 	if p.Group == groupAllot {
 		res.Fallbacks = h.allotFallbacks(ctx, p) - fallbacks0
@@ -361,6 +360,10 @@ type redisStats struct {
 	// cpu is the redis-server process's CPU time (user + system), network
 	// I/O included.
 	cpu time.Duration
+}
+
+func (a redisStats) sub(b redisStats) redisStats {
+	return redisStats{calls: a.calls - b.calls, usec: a.usec - b.usec, cpu: a.cpu - b.cpu}
 }
 
 // adminCommands are left out of the Redis statistics of a case.

@@ -116,6 +116,7 @@ binary of the pinned version is cached or given with --envoy-bin).
 
 Examples:
   make bench-peers
+  make bench-peers ARGS='--allot-rev HEAD'     # allot as committed, not the work tree
   cd bench/peers && GOFLAGS=-mod=mod go run ./cmd/benchpeers --quick
   cd bench/peers && GOFLAGS=-mod=mod go run ./cmd/benchpeers --peers physical,allot,envoy --conc 16 --rounds 2
   cd bench/peers && GOFLAGS=-mod=mod go run ./cmd/benchpeers --out /tmp/peers --duration 10s
@@ -135,7 +136,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		fs.PrintDefaults()
 	}
 	var conc, groups string
-	fs.StringVar(&c.repo, "repo", findRepo(), "root of allot's repository (default: found from the working directory)")
+	fs.StringVar(&c.repo, "repo", findRepo(), "root of allot's repository (found from the working directory)")
 	fs.StringVar(&c.out, "out", "", "directory for raw.txt and report.md (default: REPO/bench/results/peers)")
 	fs.IntVar(&c.rounds, "rounds", 3, "rounds; each runs every peer × concurrency once, in a rotated order")
 	fs.DurationVar(&c.warmup, "warmup", time.Second, "warm-up of each case, not counted")
@@ -148,7 +149,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.envoyBin, "envoy-bin", "", "Envoy ratelimit service binary (default: cached, else go install "+envoyModule+"/src/service_cmd@"+envoyVersion+" into the user cache directory)")
 	fs.StringVar(&c.allotRev, "allot-rev", "", "build allot from this git revision (git archive) instead of the work tree")
 	fs.BoolVar(&c.keep, "keep", false, "keep the work directory (logs, binaries, configs)")
-	fs.BoolVar(&c.quick, "quick", false, "a short run (about 2-3 min): 1 round, 0.5s warm-up, 1.5s per case")
+	fs.BoolVar(&c.quick, "quick", false, "a short run (about 2 min): 1 round, 0.5s warm-up, 1.5s per case")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, err

@@ -32,13 +32,10 @@ type sample struct {
 	// decisions answered (allowed or denied) that completed inside the
 	// measured window.
 	decisions int64
-	// total counts every answered call of the case, warm-up and tail
-	// included: what Redis served.
-	total    int64
-	denied   int64
-	errors   int64
-	firstErr error
-	elapsed  time.Duration
+	denied    int64
+	errors    int64
+	firstErr  error
+	elapsed   time.Duration
 	// lat holds every counted decision's latency, sorted.
 	lat []time.Duration
 }
@@ -46,11 +43,11 @@ type sample struct {
 // drive runs call on conc goroutines, each with one call in flight, for
 // warmup+dur. Calls that complete inside [start+warmup, start+warmup+dur]
 // are counted; throughput is their number over dur. Tenants rotate through
-// a shared counter.
-func drive(ctx context.Context, call callFunc, conc, tenants int, warmup, dur time.Duration) sample {
+// a shared counter. mark (if not nil) is called with 0 as the measured
+// window opens and 1 as it closes, from a goroutine of its own.
+func drive(ctx context.Context, call callFunc, conc, tenants int, warmup, dur time.Duration, mark func(int)) sample {
 	type worker struct {
 		lat      []time.Duration
-		total    int64
 		denied   int64
 		errors   int64
 		firstErr error
@@ -62,6 +59,22 @@ func drive(ctx context.Context, call callFunc, conc, tenants int, warmup, dur ti
 	cctx, cancel := context.WithDeadline(ctx, t1.Add(30*time.Second))
 	defer cancel()
 	var wg sync.WaitGroup
+	if mark != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i, at := range []time.Time{t0, t1} {
+				t := time.NewTimer(time.Until(at))
+				select {
+				case <-t.C:
+				case <-cctx.Done():
+					t.Stop()
+					return
+				}
+				mark(i)
+			}
+		}()
+	}
 	for g := range conc {
 		wg.Add(1)
 		go func() {
@@ -76,9 +89,6 @@ func drive(ctx context.Context, call callFunc, conc, tenants int, warmup, dur ti
 				tenant := int(next.Add(1) % uint64(tenants))
 				ok, err := call(cctx, g, tenant)
 				e := time.Now()
-				if err == nil {
-					w.total++
-				}
 				if e.Before(t0) || e.After(t1) {
 					continue
 				}
@@ -105,7 +115,6 @@ func drive(ctx context.Context, call callFunc, conc, tenants int, warmup, dur ti
 	out.lat = make([]time.Duration, 0, n)
 	for i := range ws {
 		out.lat = append(out.lat, ws[i].lat...)
-		out.total += ws[i].total
 		out.denied += ws[i].denied
 		out.errors += ws[i].errors
 		if out.firstErr == nil {

@@ -34,17 +34,14 @@ type result struct {
 	// Decisions answered inside the measured window, over Elapsed.
 	Decisions int64
 	Elapsed   time.Duration
-	// Total answered in the whole case (warm-up and tail included), which
-	// the Redis statistics cover.
-	Total    int64
-	Denied   int64
-	Errors   int64
-	FirstErr string
-	P50, P99 time.Duration
+	Denied    int64
+	Errors    int64
+	FirstErr  string
+	P50, P99  time.Duration
 	// RedisCalls and RedisUsec are client commands to Redis and their
-	// execution µs per decision (INFO commandstats over the case); RedisCPU
-	// is the redis-server process's CPU µs per decision (INFO cpu), network
-	// I/O included.
+	// execution µs per decision (INFO commandstats over the measured
+	// window); RedisCPU is the redis-server process's CPU µs per decision
+	// (INFO cpu), network I/O included.
 	RedisCalls float64
 	RedisUsec  float64
 	RedisCPU   float64
@@ -323,7 +320,7 @@ func writeMarkdown(w io.Writer, rep report) {
 	fmt.Fprintf(w, "- Keys: tenants `bench-0` … `bench-%d` in rotation, one key per tenant and peer. Limit: %s per second, burst %s, per key, so nothing is denied and every decision writes its key (the dearer path).\n",
 		cfg.tenants-1, fmtInt(benchRate), fmtInt(benchBurst))
 	fmt.Fprintf(w, "- RLS peers (allot's RLS, Envoy's ratelimit, redis_rate) are driven by the same client code with byte-identical requests: domain `%s`, one descriptor `{tenant, %s}`, hits 1.\n", rlsDomain, modeKey)
-	fmt.Fprintf(w, "- Redis calls per decision: client commands in `INFO commandstats` over the whole case (warm-up included) ÷ every decision the case made; a script call counts once (Redis also counts the commands a script runs; those are left out). Redis CPU per decision: the redis-server process's user + system CPU time over the case (`INFO cpu`, network I/O included) ÷ the same decisions. Script µs per call: `EVALSHA` execution time ÷ calls.\n")
+	fmt.Fprintf(w, "- Redis calls per decision: client commands in `INFO commandstats` read as the measured window opens and closes ÷ the decisions counted in it; a script call counts once (Redis also counts the commands a script runs; those are left out). Redis CPU per decision: the redis-server process's user + system CPU time over the same window (`INFO cpu`, network I/O included) ÷ the same decisions. Script µs per call: `EVALSHA` execution time ÷ calls.\n")
 	fmt.Fprintf(w, "- allot runs as `allot regional` (built from the main module) with `--store-timeout 1s`, beside `allot coordinator` and an etcd, each its own process; the policy has two regional limits on `{tenant, %s}`: `exact` and `leased` (`lease: %d`). allot's fallback decisions (its `allot_fallback_decisions_total`) are counted per case: %s.\n\n",
 		modeKey, allotLease, fallbackSummary(cells, allot, cfg.conc))
 
@@ -458,8 +455,13 @@ func machineLine(m machine) string {
 // makeArgs is the run's command line as make bench-peers ARGS='...'.
 func makeArgs(c config) string {
 	var a []string
-	for _, x := range c.args {
-		if strings.HasPrefix(x, "--out") || strings.HasPrefix(x, "-out") {
+	for i := 0; i < len(c.args); i++ {
+		x := c.args[i]
+		if x == "--out" || x == "-out" {
+			i++ // and its value
+			continue
+		}
+		if strings.HasPrefix(x, "--out=") || strings.HasPrefix(x, "-out=") {
 			continue
 		}
 		a = append(a, x)

@@ -59,7 +59,7 @@ func TestMedian(t *testing.T) {
 func fixedRun() report {
 	ms := time.Millisecond
 	res := func(p string, round int, decisions int64, p99 time.Duration) result {
-		return result{Peer: p, Conc: 16, Round: round, Decisions: decisions, Elapsed: time.Second, Total: decisions,
+		return result{Peer: p, Conc: 16, Round: round, Decisions: decisions, Elapsed: time.Second,
 			P50: p99 / 4, P99: p99, RedisCalls: 1}
 	}
 	return report{
@@ -142,6 +142,23 @@ func TestApart(t *testing.T) {
 	for rounds, want := range map[int]string{1: "", 3: "1 in 10", 6: "1 in 462"} {
 		if got := chance(rounds); !strings.Contains(got, want) {
 			t.Errorf("chance(%d) = %q, want it to say %q", rounds, got, want)
+		}
+	}
+}
+
+func TestMakeArgs(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"--quick"}, " ARGS='--quick'"},
+		{[]string{"--out", "/tmp/x", "--rounds", "2"}, " ARGS='--rounds 2'"},
+		{[]string{"--out=/tmp/x", "--allot-rev", "HEAD"}, " ARGS='--allot-rev HEAD'"},
+	}
+	for _, tt := range tests {
+		if got := makeArgs(config{args: tt.args}); got != tt.want {
+			t.Errorf("makeArgs(%q) = %q, want %q", tt.args, got, tt.want)
 		}
 	}
 }
