@@ -293,9 +293,21 @@ func (h *harness) runCase(ctx context.Context, p peer, conc int, est map[[2]int]
 		return result{}, fmt.Errorf("CONFIG RESETSTAT: %w", err)
 	}
 	res := result{Peer: p.Name, Conc: conc}
-	var st [2]redisStats
-	var stErr [2]error
-	mark := func(i int) { st[i], stErr[i] = readRedisStats(ctx, h.rdb) }
+	var (
+		st       [2]redisStats
+		stErr    [2]error
+		srv, cli [2]time.Duration
+	)
+	mark := func(i int) {
+		st[i], stErr[i] = readRedisStats(ctx, h.rdb)
+		cli[i] = selfCPU()
+		if p.pid != 0 {
+			var err error
+			if srv[i], err = procCPU(p.pid); err != nil {
+				stErr[i] = err
+			}
+		}
+	}
 	fallbacks0 := h.allotFallbacks(ctx, p)
 	if p.Group == groupPhysical {
 		key := [2]int{p.Pipe, conc}
@@ -316,6 +328,7 @@ func (h *harness) runCase(ctx context.Context, p peer, conc int, est map[[2]int]
 			return res, err
 		}
 		mark(1)
+		cli = [2]time.Duration{0, m.cpu} // redis-benchmark is the client
 		est[key] = m.rps
 		res.Decisions = int64(m.requests)
 		res.Elapsed = time.Duration(float64(m.requests) / m.rps * float64(time.Second))
@@ -342,6 +355,8 @@ func (h *harness) runCase(ctx context.Context, p peer, conc int, est map[[2]int]
 		res.RedisCalls = float64(d.calls) / float64(res.Decisions)
 		res.RedisUsec = float64(d.usec) / float64(res.Decisions)
 		res.RedisCPU = us(d.cpu) / float64(res.Decisions)
+		res.ServerCPU = us(srv[1]-srv[0]) / float64(res.Decisions)
+		res.ClientCPU = us(cli[1]-cli[0]) / float64(res.Decisions)
 	}
 	if p.Group == groupAllot {
 		res.Fallbacks = h.allotFallbacks(ctx, p) - fallbacks0

@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"fmt"
 	"math"
+	"os/exec"
 	"strconv"
 	"strings"
 	"time"
@@ -32,6 +33,8 @@ type benchRun struct {
 	requests int
 	rps      float64
 	p50, p99 time.Duration
+	// cpu is redis-benchmark's own user + system CPU time.
+	cpu time.Duration
 }
 
 func (b redisBench) args(conc, pipe, n int) []string {
@@ -65,12 +68,15 @@ func (b redisBench) command(conc, pipe int) string {
 }
 
 func (b redisBench) run(ctx context.Context, conc, pipe, n int) (benchRun, error) {
-	out, err := runCmd(ctx, "", nil, b.bin, b.args(conc, pipe, n)...)
+	args := b.args(conc, pipe, n)
+	cmd := exec.CommandContext(ctx, b.bin, args...)
+	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return benchRun{}, err
+		return benchRun{}, fmt.Errorf("%s %s: %w\n%s", b.bin, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
-	r, err := parseBenchCSV(out)
+	r, err := parseBenchCSV(string(out))
 	r.requests = n
+	r.cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	return r, err
 }
 

@@ -24,6 +24,8 @@ type peer struct {
 	Mode      string
 	// Pipe is redis-benchmark's -P (physical limit only).
 	Pipe int
+	// pid is the server process whose CPU time the case reads (0: none).
+	pid int
 }
 
 // result is one case (peer × concurrency) of one round.
@@ -45,6 +47,11 @@ type result struct {
 	RedisCalls float64
 	RedisUsec  float64
 	RedisCPU   float64
+	// ServerCPU and ClientCPU are the CPU µs per decision of the server
+	// process (allot regional, Envoy's ratelimit...) and of the load
+	// generator (this harness, or redis-benchmark for the physical limit).
+	ServerCPU float64
+	ClientCPU float64
 	// Fallbacks: allot decisions made without Redis (allot's metric).
 	Fallbacks int64
 }
@@ -112,6 +119,8 @@ type cell struct {
 	RedisCalls       float64
 	RedisUsec        float64
 	RedisCPU         float64
+	ServerCPU        float64
+	ClientCPU        float64
 	Errors, Denied   int64
 	Fallbacks        int64
 	FirstErr         string
@@ -125,7 +134,7 @@ func aggregate(rs []result) map[cellKey]cell {
 	}
 	out := make(map[cellKey]cell, len(group))
 	for k, g := range group {
-		var rates, p50, p99, calls, usec, cpu []float64
+		var rates, p50, p99, calls, usec, cpu, srv, cli []float64
 		c := cell{N: len(g), RateMin: math.Inf(1), RateMax: math.Inf(-1), P99Min: math.MaxInt64}
 		for _, r := range g {
 			rt := r.rate()
@@ -137,6 +146,8 @@ func aggregate(rs []result) map[cellKey]cell {
 			calls = append(calls, r.RedisCalls)
 			usec = append(usec, r.RedisUsec)
 			cpu = append(cpu, r.RedisCPU)
+			srv = append(srv, r.ServerCPU)
+			cli = append(cli, r.ClientCPU)
 			c.Errors += r.Errors
 			c.Denied += r.Denied
 			c.Fallbacks += r.Fallbacks
@@ -147,6 +158,7 @@ func aggregate(rs []result) map[cellKey]cell {
 		c.Rate = median(rates)
 		c.P50, c.P99 = time.Duration(median(p50)), time.Duration(median(p99))
 		c.RedisCalls, c.RedisUsec, c.RedisCPU = median(calls), median(usec), median(cpu)
+		c.ServerCPU, c.ClientCPU = median(srv), median(cli)
 		out[k] = c
 	}
 	return out
@@ -223,8 +235,8 @@ func writeRaw(w io.Writer, rep report) {
 		if r.Decisions > 0 {
 			nsPerOp = float64(r.Elapsed.Nanoseconds()) / float64(r.Decisions)
 		}
-		fmt.Fprintf(w, "BenchmarkPeers/peer=%s/conc=%d\t%d\t%.1f ns/op\t%.0f decisions/s\t%.1f p50-µs\t%.1f p99-µs\t%.3f redis-calls/op\t%.2f redis-µs/op\t%.2f redis-cpu-µs/op\t%d errors\n",
-			r.Peer, r.Conc, r.Decisions, nsPerOp, r.rate(), us(r.P50), us(r.P99), r.RedisCalls, r.RedisUsec, r.RedisCPU, r.Errors)
+		fmt.Fprintf(w, "BenchmarkPeers/peer=%s/conc=%d\t%d\t%.1f ns/op\t%.0f decisions/s\t%.1f p50-µs\t%.1f p99-µs\t%.3f redis-calls/op\t%.2f redis-µs/op\t%.2f redis-cpu-µs/op\t%.2f server-cpu-µs/op\t%.2f client-cpu-µs/op\t%d errors\n",
+			r.Peer, r.Conc, r.Decisions, nsPerOp, r.rate(), us(r.P50), us(r.P99), r.RedisCalls, r.RedisUsec, r.RedisCPU, r.ServerCPU, r.ClientCPU, r.Errors)
 	}
 }
 
@@ -320,7 +332,7 @@ func writeMarkdown(w io.Writer, rep report) {
 	fmt.Fprintf(w, "- Keys: tenants `bench-0` … `bench-%d` in rotation, one key per tenant and peer. Limit: %s per second, burst %s, per key, so nothing is denied and every decision writes its key (the dearer path).\n",
 		cfg.tenants-1, fmtInt(benchRate), fmtInt(benchBurst))
 	fmt.Fprintf(w, "- RLS peers (allot's RLS, Envoy's ratelimit, redis_rate) are driven by the same client code with byte-identical requests: domain `%s`, one descriptor `{tenant, %s}`, hits 1.\n", rlsDomain, modeKey)
-	fmt.Fprintf(w, "- Redis calls per decision: client commands in `INFO commandstats` read as the measured window opens and closes ÷ the decisions counted in it; a script call counts once (Redis also counts the commands a script runs; those are left out). Redis CPU per decision: the redis-server process's user + system CPU time over the same window (`INFO cpu`, network I/O included) ÷ the same decisions. Script µs per call: `EVALSHA` execution time ÷ calls.\n")
+	fmt.Fprintf(w, "- Redis calls per decision: client commands in `INFO commandstats` read as the measured window opens and closes ÷ the decisions counted in it; a script call counts once (Redis also counts the commands a script runs; those are left out). Redis CPU per decision: the redis-server process's user + system CPU time over the same window (`INFO cpu`, network I/O included) ÷ the same decisions. Script µs per call: `EVALSHA` execution time ÷ calls. Server and client CPU per decision: the server process's user + system CPU time (`/proc/PID/stat`, all threads, 10 ms ticks) and the load generator's (`getrusage`; redis-benchmark's own for the physical limit) over the same window ÷ the same decisions. With %d vCPUs, %s ÷ the total CPU per decision bounds decisions per second.\n", m.Cores, fmtInt(float64(m.Cores)*1e6))
 	fmt.Fprintf(w, "- allot runs as `allot regional` (built from the main module) with `--store-timeout 1s`, beside `allot coordinator` and an etcd, each its own process; the policy has two regional limits on `{tenant, %s}`: `exact` and `leased` (`lease: %d`). allot's fallback decisions (its `allot_fallback_decisions_total`) are counted per case: %s.\n\n",
 		modeKey, allotLease, fallbackSummary(cells, allot, cfg.conc))
 
@@ -339,15 +351,15 @@ func writeMarkdown(w io.Writer, rep report) {
 	limit, limitConc := pipelinedLimit(cells, rep.Peers, cfg.conc)
 	if len(physical) > 0 {
 		fmt.Fprintf(w, "## Physical limit: redis-benchmark, allot's script by EVALSHA\n\n")
-		fmt.Fprintf(w, "| peer | concurrency | decisions/s | range | p50 | p99 | script µs / call | Redis CPU µs / decision |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+		fmt.Fprintf(w, "| peer | concurrency | decisions/s | range | p50 | p99 | script µs / call | CPU µs / decision: Redis + redis-benchmark |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n")
 		for _, p := range physical {
 			for _, c := range cfg.conc {
 				x, ok := cells[cellKey{p.Name, c}]
 				if !ok {
 					continue
 				}
-				fmt.Fprintf(w, "| `%s` | %d | %s | %s–%s | %s | %s | %.1f | %.1f |\n", p.Name, c, fmtInt(x.Rate),
-					fmtInt(x.RateMin), fmtInt(x.RateMax), fmtLat(x.P50), fmtLat(x.P99), ratio(x.RedisUsec, x.RedisCalls), x.RedisCPU)
+				fmt.Fprintf(w, "| `%s` | %d | %s | %s–%s | %s | %s | %.1f | %.1f + %.1f |\n", p.Name, c, fmtInt(x.Rate),
+					fmtInt(x.RateMin), fmtInt(x.RateMax), fmtLat(x.P50), fmtLat(x.P99), ratio(x.RedisUsec, x.RedisCalls), x.RedisCPU, x.ClientCPU)
 			}
 		}
 		fmt.Fprintf(w, "\nThe pipelined physical limit used below: **%s decisions/s** (`%s` at concurrency %d). Commands (N requests sized to take about %v):\n\n```sh\nSHA=$(redis-cli -p PORT SCRIPT LOAD \"$(cat gcra/gcra_lib.lua gcra/gcra_one.lua)\")\n",
@@ -361,7 +373,7 @@ func writeMarkdown(w io.Writer, rep report) {
 	}
 
 	fmt.Fprintf(w, "## Every peer × concurrency\n\n")
-	fmt.Fprintf(w, "| peer | concurrency | decisions/s | range | p50 | p99 | Redis calls / decision | Redis CPU µs / decision | errors |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	fmt.Fprintf(w, "| peer | concurrency | decisions/s | range | p50 | p99 | Redis calls / decision | CPU µs / decision: server + Redis + client = total | errors |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, p := range append(slices.Clone(allot), others...) {
 		for _, c := range cfg.conc {
 			x, ok := cells[cellKey{p.Name, c}]
@@ -375,8 +387,9 @@ func writeMarkdown(w io.Writer, rep report) {
 			if x.Denied > 0 {
 				errs += fmt.Sprintf("; %d denied", x.Denied)
 			}
-			fmt.Fprintf(w, "| `%s` | %d | %s | %s–%s | %s | %s | %.2f | %.1f | %s |\n", p.Name, c, fmtInt(x.Rate),
-				fmtInt(x.RateMin), fmtInt(x.RateMax), fmtLat(x.P50), fmtLat(x.P99), x.RedisCalls, x.RedisCPU, errs)
+			fmt.Fprintf(w, "| `%s` | %d | %s | %s–%s | %s | %s | %.2f | %.0f + %.0f + %.0f = %.0f | %s |\n", p.Name, c, fmtInt(x.Rate),
+				fmtInt(x.RateMin), fmtInt(x.RateMax), fmtLat(x.P50), fmtLat(x.P99), x.RedisCalls,
+				x.ServerCPU, x.RedisCPU, x.ClientCPU, x.ServerCPU+x.RedisCPU+x.ClientCPU, errs)
 		}
 	}
 	fmt.Fprintln(w)

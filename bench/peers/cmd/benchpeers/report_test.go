@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"math"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -227,5 +228,23 @@ func TestRequestsFor(t *testing.T) {
 		if got != tt.want || got%(tt.conc*tt.pipe) != 0 {
 			t.Errorf("requestsFor(%v, %v, %d, %d) = %d, want %d (a multiple of %d)", tt.rps, tt.d, tt.conc, tt.pipe, got, tt.want, tt.conc*tt.pipe)
 		}
+	}
+}
+
+func TestParseProcStat(t *testing.T) {
+	// pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime ...
+	line := "4242 (allot (x) y) S 1 4242 4242 0 -1 4194560 1200 0 3 0 250 75 0 0 20 0 9 0 100 0 0\n"
+	got, err := parseProcStat(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 325 * clockTick; got != want {
+		t.Errorf("parseProcStat = %v, want %v (utime 250 + stime 75 ticks)", got, want)
+	}
+	if _, err := parseProcStat("4242 (short) S 1 2"); err == nil {
+		t.Error("parseProcStat(short line) = nil error, want an error")
+	}
+	if _, err := procCPU(os.Getpid()); err != nil {
+		t.Errorf("procCPU(self): %v", err)
 	}
 }

@@ -117,15 +117,15 @@ func (h *harness) setupAllot(ctx context.Context) error {
 	// --store-timeout 1s: every decision waits for Redis, as every peer
 	// does, instead of falling back past allot's default of 5ms when the
 	// shared CPUs queue it. Fallback decisions are counted per case anyway.
-	p, err = startProc("allot-regional", h.logs, nil, bin, "regional", "--region", "bench", "--pod", "bench-0",
+	regional, err := startProc("allot-regional", h.logs, nil, bin, "regional", "--region", "bench", "--pod", "bench-0",
 		"--redis", h.redisAddr, "--etcd", etcdURL, "--grpc-listen", grpcAddr, "--http-listen", httpAddr,
 		"--store-timeout", "1s", "--log-level", "warn")
 	if err != nil {
 		return err
 	}
-	h.addProc(p)
+	h.addProc(regional)
 	h.allotHTTP = "http://" + httpAddr
-	if err := waitReady(ctx, p, 60*time.Second, h.httpOK(h.allotHTTP+"/readyz")); err != nil {
+	if err := waitReady(ctx, regional, 60*time.Second, h.httpOK(h.allotHTTP+"/readyz")); err != nil {
 		return err
 	}
 	pool, err := dialPool(grpcAddr, h.cfg.conns)
@@ -155,7 +155,7 @@ func (h *harness) setupAllot(ctx context.Context) error {
 				return err
 			}
 			h.calls[name] = call
-			h.peers = append(h.peers, peer{Name: name, Group: groupAllot, What: what, Transport: tr, Mode: mode})
+			h.peers = append(h.peers, peer{Name: name, Group: groupAllot, What: what, Transport: tr, Mode: mode, pid: regional.cmd.Process.Pid})
 		}
 	}
 	h.progress("allot regional on gRPC %s, HTTP %s (%s)", grpcAddr, httpAddr, version)
@@ -338,7 +338,7 @@ func (h *harness) setupEnvoy(ctx context.Context) error {
 		return err
 	}
 	h.calls["envoy-ratelimit"] = call
-	h.peers = append(h.peers, peer{Name: "envoy-ratelimit", Group: groupEnvoy, Transport: "rls",
+	h.peers = append(h.peers, peer{Name: "envoy-ratelimit", Group: groupEnvoy, Transport: "rls", pid: p.cmd.Process.Pid,
 		What: fmt.Sprintf("envoyproxy/ratelimit %s, Envoy RLS ShouldRateLimit; fixed-window counter in Redis (INCRBY + EXPIRE, pipelined per request); REDIS_POOL_SIZE=%d, other settings default", version, goRedisPool)})
 	h.progress("envoy ratelimit on gRPC %s (%s)", grpcAddr, version)
 	return nil
@@ -442,7 +442,7 @@ func (h *harness) setupRedisRate(ctx context.Context) error {
 		return err
 	}
 	h.calls["redis_rate"] = rlsCall(pool, h.cfg.tenants, modeExact)
-	h.peers = append(h.peers, peer{Name: "redis_rate", Group: groupRedisRate, Transport: "rls",
+	h.peers = append(h.peers, peer{Name: "redis_rate", Group: groupRedisRate, Transport: "rls", pid: p.cmd.Process.Pid,
 		What: fmt.Sprintf("go-redis/redis_rate/v10 %s (AllowN) behind a minimal RLS server (bench/peers); GCRA in Redis Lua, one script call per decision; go-redis default pool (%d)", depVersion("github.com/go-redis/redis_rate/v10"), goRedisPool)})
 	h.progress("redis_rate RLS server on %s", addr)
 	return nil
@@ -476,7 +476,7 @@ func (h *harness) setupGubernator(ctx context.Context) error {
 		return err
 	}
 	h.calls["gubernator"] = call
-	h.peers = append(h.peers, peer{Name: "gubernator", Group: groupGubernator, Transport: "grpc",
+	h.peers = append(h.peers, peer{Name: "gubernator", Group: groupGubernator, Transport: "grpc", pid: p.cmd.Process.Pid,
 		What: fmt.Sprintf("gubernator %s single node, its own gRPC V1/GetRateLimits; token bucket in the server's memory (no Redis)", depVersion("github.com/gubernator-io/gubernator/v2"))})
 	h.progress("gubernator on gRPC %s", addrs[0])
 	return nil
