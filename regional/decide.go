@@ -11,6 +11,7 @@ import (
 
 	"github.com/allot-dev/allot/gcra"
 	"github.com/allot-dev/allot/gcra/keys"
+	"github.com/allot-dev/allot/gcra/lease"
 	"github.com/allot-dev/allot/gcra/redisstore"
 	"github.com/allot-dev/allot/policy"
 )
@@ -57,21 +58,47 @@ type Decision struct {
 
 // item is one limit of a request, ready for the store.
 type item struct {
-	l   *policy.ResolvedLimit
+	l  *policy.ResolvedLimit
+	lc *limitCache // the tenant's cache for l
+	// req.Limit is the (T, B) enforced here; the local fallback derives its
+	// own from it when the store is unavailable (fallbackLimit).
 	req gcra.Request
-	// fallback is the local (T, B) when the store is unavailable.
-	fallback gcra.Limit
+}
+
+// items is a short list of items: the first ones inline, so that a plan of
+// the common one or two limits of each kind lives on the stack.
+type items struct {
+	n    int
+	head [2]item
+	tail []item
+}
+
+func (l *items) add(it item) {
+	if l.n < len(l.head) {
+		l.head[l.n] = it
+	} else {
+		l.tail = append(l.tail, it)
+	}
+	l.n++
+}
+
+func (l *items) at(i int) *item {
+	if i < len(l.head) {
+		return &l.head[i]
+	}
+	return &l.tail[i-len(l.head)]
 }
 
 // plan is a request split by how its limits are decided.
 type plan struct {
-	enforced []item // one composite call
-	shadow   []item // decided on their own, never enforced
-	leased   []item // from local leases, after the composite
-	budget   bool   // a limit spends the tenant's budget (count for reports)
+	enforced items // one composite call
+	shadow   items // decided on their own, never enforced
+	leased   items // from local leases, after the composite
+	budget   bool  // a limit spends the tenant's budget (count for reports)
 	// deny is set when a limit can never admit this request here (a zero
 	// grant, a cost above this region's share of the burst).
-	deny *item
+	deny    item
+	denying bool
 }
 
 func badRequest(format string, args ...any) error {
@@ -118,82 +145,104 @@ func (s *Service) Decide(ctx context.Context, d map[string]string, cost int64) (
 	if te == nil {
 		return Decision{}, ErrNotReady
 	}
-	p, err := s.plan(te, d, cost)
-	if err != nil {
+	var p plan
+	if err := s.plan(&p, te, d, cost); err != nil {
 		return Decision{}, err
 	}
-	dec := s.decide(ctx, p)
+	dec, lc := s.decide(ctx, &p)
 	if p.budget {
 		s.counts.add(tenant, cost, dec.Allowed)
 	}
-	result := "allowed"
-	if !dec.Allowed {
-		result = "denied"
+	c := s.counters(lc, dec.Limit)
+	if dec.Allowed {
+		c.allowed.Inc()
+	} else {
+		c.denied.Inc()
 	}
-	s.m.decisions.WithLabelValues(dec.Limit, s.cfg.Region, result).Inc()
 	return dec, nil
 }
 
-// plan resolves the request's limits into store requests.
-func (s *Service) plan(te *tenantEntry, d map[string]string, cost int64) (plan, error) {
-	var p plan
-	now := s.cfg.Now()
-	pods := s.livePods()
+// counters returns the decision counters of the limit lc caches (of name,
+// when lc is nil).
+func (s *Service) counters(lc *limitCache, name string) *limitCounters {
+	if lc == nil {
+		return s.m.forLimit(name)
+	}
+	if c := lc.counters.Load(); c != nil {
+		return c
+	}
+	c := s.m.forLimit(name)
+	lc.counters.Store(c)
+	return c
+}
+
+// plan resolves the request's limits into store requests, in p.
+func (s *Service) plan(p *plan, te *tenantEntry, d map[string]string, cost int64) error {
+	var now time.Time // read once, for the first budget limit
 	for i := range te.resolved.Limits {
 		l := &te.resolved.Limits[i]
 		if !l.Matches(d) {
 			continue
 		}
-		it := item{l: l}
-		ds := make([]keys.Descriptor, 0, len(l.Descriptors))
-		for _, k := range l.Descriptors {
-			if k != "tenant" {
-				ds = append(ds, keys.Descriptor{Name: k, Value: d[k]})
+		lc := &te.limits[i]
+		it := item{l: l, lc: lc}
+		key := lc.key
+		if key == "" {
+			var buf [4]keys.Descriptor
+			ds := buf[:0]
+			for _, k := range l.Descriptors {
+				if k != "tenant" {
+					ds = append(ds, keys.Descriptor{Name: k, Value: d[k]})
+				}
 			}
-		}
-		key, err := keys.Key(te.resolved.Tenant, l.Name, ds...)
-		if err != nil {
-			return plan{}, badRequest("descriptors: %v", err)
+			var err error
+			if key, err = keys.Key(te.resolved.Tenant, l.Name, ds...); err != nil {
+				return badRequest("descriptors: %v", err)
+			}
 		}
 		var lim gcra.Limit
 		if l.FromBudget {
 			p.budget = true
 			if cost > l.Burst {
-				return plan{}, badRequest("cost: %d exceeds the burst %d of limit %q and can never be admitted", cost, l.Burst, l.Name)
+				return badRequest("cost: %d exceeds the burst %d of limit %q and can never be admitted", cost, l.Burst, l.Name)
+			}
+			if now.IsZero() {
+				now = s.cfg.Now()
 			}
 			rate, burst, _ := s.view.effective(now, te.resolved.Tenant, te.budget)
 			if rate <= 0 || burst < cost {
 				// This region may admit nothing of it now (a pinned tenant's
 				// other region, or a burst share below the cost).
 				it.req = gcra.Request{Key: key, Cost: cost}
-				if p.deny == nil {
-					p.deny = &it
+				if !p.denying {
+					p.deny, p.denying = it, true
 				}
 				continue
 			}
+			var err error
 			if lim, err = gcra.FromPerSecond(rate, burst); err != nil {
-				return plan{}, fmt.Errorf("limit %q: grant %v/s burst %d: %w", l.Name, rate, burst, err)
+				return fmt.Errorf("limit %q: grant %v/s burst %d: %w", l.Name, rate, burst, err)
 			}
 		} else {
-			if lim, err = gcra.NewLimit(l.Rate, l.Burst); err != nil {
-				return plan{}, fmt.Errorf("limit %q: %w", l.Name, err)
+			if lc.limErr != nil {
+				return fmt.Errorf("limit %q: %w", l.Name, lc.limErr)
 			}
+			lim = lc.lim
 			if cost > lim.Burst {
-				return plan{}, badRequest("cost: %d exceeds the burst %d of limit %q and can never be admitted", cost, lim.Burst, l.Name)
+				return badRequest("cost: %d exceeds the burst %d of limit %q and can never be admitted", cost, lim.Burst, l.Name)
 			}
 		}
 		it.req = gcra.Request{Key: key, Limit: lim, Cost: cost}
-		it.fallback = fallbackLimit(l, lim, pods, cost)
 		switch {
 		case l.Shadow:
-			p.shadow = append(p.shadow, it)
+			p.shadow.add(it)
 		case l.Lease > 0:
-			p.leased = append(p.leased, it)
+			p.leased.add(it)
 		default:
-			p.enforced = append(p.enforced, it)
+			p.enforced.add(it)
 		}
 	}
-	return p, nil
+	return nil
 }
 
 // fallbackLimit is what one pod admits for a limit while the store is
@@ -215,85 +264,171 @@ func fallbackLimit(l *policy.ResolvedLimit, lim gcra.Limit, pods int, cost int64
 
 func quota(l *policy.ResolvedLimit) (int64, time.Duration) { return l.Rate.Count, l.Rate.Period }
 
-// decide runs a plan.
-func (s *Service) decide(ctx context.Context, p plan) Decision {
-	if p.deny != nil {
+// decide runs a plan. It returns the decision and the cache of its
+// limiting limit (nil when no limit decided it).
+func (s *Service) decide(ctx context.Context, p *plan) (Decision, *limitCache) {
+	if p.denying {
 		q, w := quota(p.deny.l)
-		return Decision{Limit: p.deny.l.Name, RetryAfter: time.Second, Quota: q, Window: w}
+		return Decision{Limit: p.deny.l.Name, RetryAfter: time.Second, Quota: q, Window: w}, p.deny.lc
 	}
-	dec := Decision{Allowed: true}
-	if len(p.enforced)+len(p.shadow) > 0 {
-		batch := make([][]gcra.Request, 0, 1+len(p.shadow))
-		if len(p.enforced) > 0 {
-			reqs := make([]gcra.Request, len(p.enforced))
-			for i, it := range p.enforced {
-				reqs[i] = it.req
-			}
-			batch = append(batch, reqs)
+	dec, lc := Decision{Allowed: true}, (*limitCache)(nil)
+	switch {
+	case p.shadow.n > 0:
+		var ok bool
+		if dec, lc, ok = s.decideWithShadow(ctx, p); !ok {
+			return dec, lc
 		}
-		for _, it := range p.shadow {
-			batch = append(batch, []gcra.Request{it.req})
-		}
-		answers, reason := s.callStore(ctx, batch)
+	case p.enforced.n > 0:
+		d, reason := s.callStore(ctx, &p.enforced)
 		if reason != "" {
-			return s.fallbackDecide(ctx, p, reason)
+			return s.fallbackDecide(ctx, &p.enforced, reason)
 		}
-		if len(p.enforced) > 0 {
-			a := answers[0]
-			answers = answers[1:]
-			dec = fromStore(a.Decision, p.enforced)
-		}
-		for i, a := range answers {
-			if a.Err == nil && !a.Allowed {
-				dec.Shadow = true
-				s.m.decisions.WithLabelValues(p.shadow[i].l.Name, s.cfg.Region, "shadow_denied").Inc()
-			}
-		}
+		dec, lc = fromStore(d, p.enforced.at(d.Limiting))
 	}
 	if !dec.Allowed {
-		return dec
+		return dec, lc
 	}
-	for _, it := range p.leased {
+	for i := range p.leased.n {
+		it := p.leased.at(i)
 		var d gcra.Decision
-		l, err := s.leaser(it.l.Lease)
+		l, err := s.leaserOf(it)
 		if err == nil {
-			d, err = l.Decide(ctx, []gcra.Request{it.req})
+			d, err = l.DecideOne(ctx, it.req)
 		}
 		if err != nil {
 			reason := failureReason(err)
-			fd := s.fallbackDecide(ctx, plan{enforced: []item{it}}, reason)
+			var one items
+			one.add(*it)
+			fd, flc := s.fallbackDecide(ctx, &one, reason)
 			if !fd.Allowed {
-				return fd
+				return fd, flc
 			}
 			continue
 		}
 		if !d.Allowed || dec.Limit == "" || d.Remaining < dec.Remaining {
-			ld := fromStore(d, []item{it})
-			ld.Shadow = dec.Shadow
-			dec = ld
+			shadow := dec.Shadow
+			dec, lc = fromStore(d, it)
+			dec.Shadow = shadow
 			if !d.Allowed {
-				return dec
+				return dec, lc
 			}
 		}
 	}
-	return dec
+	return dec, lc
 }
 
-func fromStore(d gcra.Decision, items []item) Decision {
-	l := items[d.Limiting].l
-	q, w := quota(l)
+// leaserOf returns the lease limiter of a leased item, cached in the
+// tenant's limit cache so that the decide path takes no lock for it.
+func (s *Service) leaserOf(it *item) (*lease.Limiter, error) {
+	if l := it.lc.leaser.Load(); l != nil {
+		return l, nil
+	}
+	l, err := s.leaser(it.l.Lease)
+	if err != nil {
+		return nil, err
+	}
+	it.lc.leaser.Store(l)
+	return l, nil
+}
+
+// decideWithShadow runs the enforced limits and the shadow ones in one
+// round trip (a pipeline when the store batches). ok is false when the
+// answer is final (the store failed: a fallback decision).
+func (s *Service) decideWithShadow(ctx context.Context, p *plan) (Decision, *limitCache, bool) {
+	batch := make([][]gcra.Request, 0, 1+p.shadow.n)
+	if p.enforced.n > 0 {
+		batch = append(batch, requests(&p.enforced))
+	}
+	for i := range p.shadow.n {
+		batch = append(batch, []gcra.Request{p.shadow.at(i).req})
+	}
+	answers, reason := s.callStoreMany(ctx, batch)
+	if reason != "" {
+		dec, lc := s.fallbackDecide(ctx, &p.enforced, reason)
+		return dec, lc, false
+	}
+	dec, lc := Decision{Allowed: true}, (*limitCache)(nil)
+	if p.enforced.n > 0 {
+		dec, lc = fromStore(answers[0].Decision, p.enforced.at(answers[0].Limiting))
+		answers = answers[1:]
+	}
+	for i, a := range answers {
+		if a.Err == nil && !a.Allowed {
+			dec.Shadow = true
+			it := p.shadow.at(i)
+			s.counters(it.lc, it.l.Name).shadowDenied.Inc()
+		}
+	}
+	return dec, lc, true
+}
+
+// requests returns the store requests of its, in a new slice: the store
+// may keep it after a call that ended early (a pipeline still in flight).
+func requests(its *items) []gcra.Request {
+	reqs := make([]gcra.Request, its.n)
+	for i := range reqs {
+		reqs[i] = its.at(i).req
+	}
+	return reqs
+}
+
+// fromStore is the store's decision d, whose limiting limit is it.
+func fromStore(d gcra.Decision, it *item) (Decision, *limitCache) {
+	q, w := quota(it.l)
 	return Decision{
 		Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter,
-		Limit: l.Name, Quota: q, Window: w,
-	}
+		Limit: it.l.Name, Quota: q, Window: w,
+	}, it.lc
 }
 
-// callStore makes one round trip through the breaker and the timeout. It
-// returns the answers, or the reason it failed.
-func (s *Service) callStore(ctx context.Context, batch [][]gcra.Request) ([]gcra.Answer, string) {
-	cctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
-	defer cancel()
+// storeCall is one call to the store through the breaker: the common one
+// or two requests and the answer live in it, so that a call allocates it
+// and the closure the breaker runs, and nothing else. It is not reused:
+// a store may keep the requests after a call that ended early.
+type storeCall struct {
+	buf [2]gcra.Request
+	d   gcra.Decision
+}
+
+// requests returns its's store requests, in c when they fit.
+func (c *storeCall) requests(its *items) []gcra.Request {
+	if its.n > len(c.buf) {
+		return requests(its)
+	}
+	reqs := c.buf[:its.n]
+	for i := range reqs {
+		reqs[i] = its.at(i).req
+	}
+	return reqs
+}
+
+// callStore decides its all or nothing in one round trip through the
+// breaker and the timeout. It returns the store's decision, or the reason
+// it failed.
+func (s *Service) callStore(ctx context.Context, its *items) (gcra.Decision, string) {
+	c := &storeCall{}
+	reqs := c.requests(its)
 	start := time.Now()
+	cctx, cancel := context.WithDeadline(ctx, start.Add(s.cfg.StoreTimeout))
+	defer cancel()
+	_, err := s.breaker.Execute(func() ([]gcra.Answer, error) {
+		var err error
+		c.d, err = s.cfg.Store.Decide(cctx, reqs)
+		return nil, err
+	})
+	if reason := s.observeStore(start, err); reason != "" {
+		return gcra.Decision{}, reason
+	}
+	return c.d, ""
+}
+
+// callStoreMany makes one round trip through the breaker and the timeout:
+// one pipeline when the store batches. It returns the answers, or the
+// reason it failed.
+func (s *Service) callStoreMany(ctx context.Context, batch [][]gcra.Request) ([]gcra.Answer, string) {
+	start := time.Now()
+	cctx, cancel := context.WithDeadline(ctx, start.Add(s.cfg.StoreTimeout))
+	defer cancel()
 	answers, err := s.breaker.Execute(func() ([]gcra.Answer, error) {
 		if bs, ok := s.cfg.Store.(gcra.BatchStore); ok && len(batch) > 1 {
 			out := bs.DecideMany(cctx, batch)
@@ -309,15 +444,24 @@ func (s *Service) callStore(ctx context.Context, batch [][]gcra.Request) ([]gcra
 		}
 		return out, nil
 	})
+	if reason := s.observeStore(start, err); reason != "" {
+		return nil, reason
+	}
+	return answers, ""
+}
+
+// observeStore records a store call that started at start and ended with
+// err, and returns the reason it failed ("" if it did not).
+func (s *Service) observeStore(start time.Time, err error) string {
 	el := time.Since(start).Seconds()
 	if err != nil {
 		reason := failureReason(err)
-		s.m.storeDuration.WithLabelValues("error").Observe(el)
+		s.m.storeError.Observe(el)
 		s.m.storeErrors.WithLabelValues(reason).Inc()
-		return nil, reason
+		return reason
 	}
-	s.m.storeDuration.WithLabelValues("ok").Observe(el)
-	return answers, ""
+	s.m.storeOK.Observe(el)
+	return ""
 }
 
 // failureReason classifies a store failure for metrics and logs.
@@ -346,31 +490,35 @@ func isStoreFailure(err error) bool {
 // fallbackDecide decides without the store, limit by limit as on_failure
 // says: a closed limit denies; open limits are decided together on the local
 // in-memory store at their fallback rates.
-func (s *Service) fallbackDecide(ctx context.Context, p plan, reason string) Decision {
-	for _, it := range p.enforced {
+func (s *Service) fallbackDecide(ctx context.Context, enforced *items, reason string) (Decision, *limitCache) {
+	for i := range enforced.n {
+		it := enforced.at(i)
 		if it.l.FailClosed {
 			s.countFallback(it.l.Name, reason, "closed")
 			q, w := quota(it.l)
-			return Decision{Limit: it.l.Name, RetryAfter: time.Second, Fallback: true, Closed: true, Quota: q, Window: w}
+			return Decision{Limit: it.l.Name, RetryAfter: time.Second, Fallback: true, Closed: true, Quota: q, Window: w}, it.lc
 		}
 	}
-	if len(p.enforced) == 0 {
-		return Decision{Allowed: true, Fallback: true}
+	if enforced.n == 0 {
+		return Decision{Allowed: true, Fallback: true}, nil
 	}
-	reqs := make([]gcra.Request, len(p.enforced))
-	for i, it := range p.enforced {
-		reqs[i] = gcra.Request{Key: it.req.Key, Limit: it.fallback, Cost: it.req.Cost}
+	pods := s.livePods()
+	reqs := make([]gcra.Request, enforced.n)
+	for i := range reqs {
+		it := enforced.at(i)
+		reqs[i] = gcra.Request{Key: it.req.Key, Limit: fallbackLimit(it.l, it.req.Limit, pods, it.req.Cost), Cost: it.req.Cost}
 		s.countFallback(it.l.Name, reason, "open")
 	}
 	d, err := s.local.Decide(ctx, reqs)
 	if err != nil {
 		// The local store cannot fail but on a malformed request; deny.
 		s.log.Error("local fallback failed", "err", err)
-		return Decision{Limit: p.enforced[0].l.Name, RetryAfter: time.Second, Fallback: true}
+		first := enforced.at(0)
+		return Decision{Limit: first.l.Name, RetryAfter: time.Second, Fallback: true}, first.lc
 	}
-	dec := fromStore(d, p.enforced)
+	dec, lc := fromStore(d, enforced.at(d.Limiting))
 	dec.Fallback = true
-	return dec
+	return dec, lc
 }
 
 // countFallback counts a fallback decision and logs it at a bounded rate.

@@ -2,11 +2,13 @@ package regional
 
 import (
 	"errors"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 type metrics struct {
+	region        string
 	decisions     *prometheus.CounterVec
 	fallback      *prometheus.CounterVec
 	storeDuration *prometheus.HistogramVec
@@ -18,11 +20,37 @@ type metrics struct {
 	dropped       prometheus.CounterFunc
 	policyVersion prometheus.GaugeFunc
 	livePods      prometheus.GaugeFunc
+
+	// The decide path's children of the vectors, looked up once:
+	// WithLabelValues hashes its labels on every call.
+	storeOK, storeError prometheus.Observer
+	limits              sync.Map // limit name → *limitCounters
+}
+
+// limitCounters are one limit's children of allot_decisions_total in this
+// region.
+type limitCounters struct {
+	allowed, denied, shadowDenied prometheus.Counter
+}
+
+// forLimit returns the decision counters of the limit called name.
+func (m *metrics) forLimit(name string) *limitCounters {
+	if c, ok := m.limits.Load(name); ok {
+		return c.(*limitCounters)
+	}
+	c := &limitCounters{
+		allowed:      m.decisions.WithLabelValues(name, m.region, "allowed"),
+		denied:       m.decisions.WithLabelValues(name, m.region, "denied"),
+		shadowDenied: m.decisions.WithLabelValues(name, m.region, "shadow_denied"),
+	}
+	v, _ := m.limits.LoadOrStore(name, c)
+	return v.(*limitCounters)
 }
 
 func newMetrics(reg prometheus.Registerer, region string, s *Service) (*metrics, error) {
 	cl := prometheus.Labels{"region": region}
 	m := &metrics{
+		region: region,
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "allot_decisions_total", Help: "Decisions by limiting limit and result (allowed, denied, shadow_denied).",
 		}, []string{"limit", "region", "result"}),
@@ -63,6 +91,7 @@ func newMetrics(reg prometheus.Registerer, region string, s *Service) (*metrics,
 		}, func() float64 { return float64(s.livePods()) }),
 	}
 	if reg == nil {
+		m.lookUp()
 		return m, nil
 	}
 	// Several services may share one registry (allot dev): the vectors
@@ -80,7 +109,15 @@ func newMetrics(reg prometheus.Registerer, region string, s *Service) (*metrics,
 			return nil, err
 		}
 	}
+	m.lookUp()
 	return m, nil
+}
+
+// lookUp resolves the children the decide path uses, once the vectors are
+// final (registration may have swapped in a shared one).
+func (m *metrics) lookUp() {
+	m.storeOK = m.storeDuration.WithLabelValues("ok")
+	m.storeError = m.storeDuration.WithLabelValues("error")
 }
 
 // register registers c, or returns the equal collector already registered.

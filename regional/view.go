@@ -9,6 +9,9 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
+	"github.com/allot-dev/allot/gcra"
+	"github.com/allot-dev/allot/gcra/keys"
+	"github.com/allot-dev/allot/gcra/lease"
 	"github.com/allot-dev/allot/internal/state"
 	"github.com/allot-dev/allot/policy"
 	"github.com/allot-dev/allot/shares"
@@ -57,6 +60,24 @@ type tenantEntry struct {
 	resolved policy.Resolved
 	budget   shares.Budget
 	shadow   bool // the tenant's budget record is in shadow mode
+	// limits holds, per resolved limit (same index), what the decide path
+	// would otherwise work out again on every request.
+	limits []limitCache
+}
+
+// limitCache is what one limit of one tenant needs on every decision.
+type limitCache struct {
+	// key is the limit's key when tenant is its only descriptor (the key
+	// depends on nothing else), "" otherwise.
+	key string
+	// lim is a fixed-rate limit's (T, B), or limErr why it has none; budget
+	// limits take the region's grant instead, which changes.
+	lim    gcra.Limit
+	limErr error
+	// counters are the limit's decision counters, and leaser its lease
+	// limiter (leased limits), set on first use.
+	counters atomic.Pointer[limitCounters]
+	leaser   atomic.Pointer[lease.Limiter]
 }
 
 func newView(region string, store *state.Store, drift time.Duration) *view {
@@ -102,12 +123,20 @@ func (v *view) tenant(id string) *tenantEntry {
 	te.resolved = doc.Resolve(id)
 	rb := doc.TenantBudget(id, over)
 	te.budget = rb.Shares()
+	te.limits = make([]limitCache, len(te.resolved.Limits))
 	for i := range te.resolved.Limits {
 		l := &te.resolved.Limits[i]
 		if l.FromBudget {
 			l.Rate, l.Burst = rb.Rate, rb.Burst
 			if te.shadow {
 				l.Shadow = true
+			}
+		} else {
+			te.limits[i].lim, te.limits[i].limErr = gcra.NewLimit(l.Rate, l.Burst)
+		}
+		if len(l.Descriptors) == 1 && l.Descriptors[0] == "tenant" {
+			if k, err := keys.Key(id, l.Name); err == nil {
+				te.limits[i].key = k
 			}
 		}
 	}

@@ -1,0 +1,76 @@
+package regional
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/allot-dev/allot/internal/redistest"
+)
+
+// leasedTestPolicy: a tenant budget nothing exhausts and a per-machine
+// limit of 100 units an hour that pods lease 10 at a time.
+const leasedTestPolicy = `version: 1
+regions: [us-east, eu-west]
+default_tier: big
+limits:
+  - name: tenant
+    descriptors: [tenant]
+    rate: budget
+  - name: machine
+    descriptors: [tenant, machine]
+    rate: 100/h
+    burst: 100
+    lease: 10
+tiers:
+  big:
+    budget: {rate: 1000000/s, burst: 1000000, mode: pinned, home: us-east}
+`
+
+// A leased limit is decided from the pod's leases after the composite of
+// the others: the answer names whichever limit has fewer units left, every
+// unit of the burst is admitted through ten leases, and the leased limit
+// then denies and is counted as the limiting one.
+func TestLeasedLimit(t *testing.T) {
+	p, _ := memPod(t)
+	if _, err := p.st.ApplyPolicy(context.Background(), []byte(leasedTestPolicy), 0, "test"); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, 10*time.Second, func() error {
+		if te := p.s.view.tenant("t1"); te == nil || len(te.resolved.Limits) != 2 {
+			return errors.New("leased policy not loaded")
+		}
+		return nil
+	})
+	ctx := context.Background()
+	req := map[string]string{"tenant": "t1", "machine": "m1"}
+	for i := range 100 {
+		d, err := p.s.Decide(ctx, req, 1)
+		if err != nil || !d.Allowed || d.Limit != "machine" || d.Remaining != int64(9-i%10) {
+			t.Fatalf("decision %d: Decide = %+v, %v; want allowed by machine with %d left in the lease", i, d, err, 9-i%10)
+		}
+	}
+	d, err := p.s.Decide(ctx, req, 1)
+	if err != nil || d.Allowed || d.Limit != "machine" || d.RetryAfter <= 0 {
+		t.Fatalf("101st decision = %+v, %v; want denied by machine with a retry-after", d, err)
+	}
+	l, err := p.s.leaser(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := l.Stats(); s.Leases != 10 || s.Served != 100 || s.Held != 0 || s.Denied != 1 {
+		t.Fatalf("lease stats %+v, want 10 leases, 100 served, none held, 1 denied", s)
+	}
+	for result, want := range map[string]float64{"allowed": 100, "denied": 1} {
+		if got := testutil.ToFloat64(p.s.m.decisions.WithLabelValues("machine", "us-east", result)); got != want {
+			t.Errorf("allot_decisions_total{limit=machine,result=%s} = %v, want %v", result, got, want)
+		}
+	}
+	// A request without a machine is the tenant budget alone.
+	if d, err := p.s.Decide(ctx, map[string]string{"tenant": "t1"}, 1); err != nil || !d.Allowed || d.Limit != "tenant" {
+		t.Fatalf("tenant only: Decide = %+v, %v; want allowed by tenant", d, err)
+	}
+}
