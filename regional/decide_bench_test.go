@@ -1,15 +1,23 @@
 package regional
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
 	"github.com/allot-dev/allot/gcra/memstore"
 	"github.com/allot-dev/allot/internal/redistest"
+	allotv1 "github.com/allot-dev/allot/proto/allot/v1"
 )
 
 // decideBenchPolicy: a tenant budget, a per-user limit (a request naming a
@@ -127,4 +135,77 @@ func BenchmarkDecide(b *testing.B) {
 			})
 		})
 	}
+}
+
+// discardWriter is an http.ResponseWriter that keeps only its header map,
+// cleared for each request: the HTTP benchmark times the handler, not a
+// recorder.
+type discardWriter struct {
+	h    http.Header
+	code int
+}
+
+func (w *discardWriter) Header() http.Header         { return w.h }
+func (w *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w *discardWriter) WriteHeader(code int)        { w.code = code }
+
+// BenchmarkHandlers times each transport's handler in process, without the
+// network or the codec: allot.v1.Limiter/Decide and Envoy's
+// ShouldRateLimit on decoded requests, and POST /v1/decide through the HTTP
+// handler (routing, JSON decoding and encoding) into a writer that discards.
+// One budget limit, tenants rotating over 1,024; with -benchmem, what each
+// transport adds to BenchmarkDecide/budget. The HTTP case's request body
+// reader (2 allocations) is the benchmark's own.
+func BenchmarkHandlers(b *testing.B) {
+	p := benchDecidePod(b, decideBenchPolicy)
+	const tenants = 1024
+	lim, rls, h := limiterAPI{s: p.s}, rlsAPI{s: p.s}, p.s.Handler(nil, "")
+	grpcReqs := make([]*allotv1.DecideRequest, tenants)
+	rlsReqs := make([]*rlsv3.RateLimitRequest, tenants)
+	bodies := make([][]byte, tenants)
+	for i := range tenants {
+		t := "bench-" + strconv.Itoa(i)
+		grpcReqs[i] = &allotv1.DecideRequest{Descriptors: map[string]string{"tenant": t}, Cost: 1}
+		rlsReqs[i] = &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: t}}},
+		}}
+		bodies[i] = []byte(`{"descriptors":{"tenant":"` + t + `"},"cost":1}`)
+	}
+	ctx := context.Background()
+	b.Run("grpc", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if r, err := lim.Decide(ctx, grpcReqs[i%tenants]); err != nil || !r.GetAllowed() {
+				b.Fatalf("Decide = %v, %v", r, err)
+			}
+			i++
+		}
+	})
+	b.Run("rls", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if r, err := rls.ShouldRateLimit(ctx, rlsReqs[i%tenants]); err != nil || r.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+				b.Fatalf("ShouldRateLimit = %v, %v", r, err)
+			}
+			i++
+		}
+	})
+	b.Run("http", func(b *testing.B) {
+		req := httptest.NewRequest("POST", "/v1/decide", nil)
+		w := &discardWriter{h: http.Header{}}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			req.Body = io.NopCloser(bytes.NewReader(bodies[i%tenants]))
+			clear(w.h)
+			w.code = 0
+			h.ServeHTTP(w, req)
+			if w.code != http.StatusOK {
+				b.Fatalf("POST /v1/decide = %d", w.code)
+			}
+			i++
+		}
+	})
 }
