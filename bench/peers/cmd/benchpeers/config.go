@@ -138,9 +138,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var conc, groups string
 	fs.StringVar(&c.repo, "repo", findRepo(), "root of allot's repository (found from the working directory)")
 	fs.StringVar(&c.out, "out", "", "directory for raw.txt and report.md (default: REPO/bench/results/peers)")
-	fs.IntVar(&c.rounds, "rounds", 3, "rounds; each runs every peer × concurrency once, in a rotated order")
-	fs.DurationVar(&c.warmup, "warmup", time.Second, "warm-up of each case, not counted")
-	fs.DurationVar(&c.duration, "duration", 4*time.Second, "measured time of each case")
+	// Six short rounds rather than three long ones: the same wall time,
+	// medians of six resist the shared machine's bursts better, and
+	// benchstat needs at least 4 samples for a p-value, 6 for a confidence
+	// interval.
+	fs.IntVar(&c.rounds, "rounds", 6, "rounds; each runs every peer × concurrency once, in a rotated order")
+	fs.DurationVar(&c.warmup, "warmup", 500*time.Millisecond, "warm-up of each case, not counted")
+	fs.DurationVar(&c.duration, "duration", 2*time.Second, "measured time of each case")
 	fs.StringVar(&conc, "conc", "1,16,64", "concurrency levels: goroutines with one call in flight each (redis-benchmark: -c)")
 	fs.StringVar(&groups, "peers", strings.Join(allGroups, ","), "what to run, comma-separated: "+strings.Join(allGroups, ", "))
 	fs.IntVar(&c.conns, "conns", 2, "gRPC connections per server, shared round-robin by the goroutines")

@@ -121,9 +121,12 @@ type cell struct {
 	RedisCPU         float64
 	ServerCPU        float64
 	ClientCPU        float64
-	Errors, Denied   int64
-	Fallbacks        int64
-	FirstErr         string
+	// Cost is server + Redis CPU µs per decision: what the operator pays
+	// (median and range over the rounds).
+	Cost, CostMin, CostMax float64
+	Errors, Denied         int64
+	Fallbacks              int64
+	FirstErr               string
 }
 
 func aggregate(rs []result) map[cellKey]cell {
@@ -135,7 +138,9 @@ func aggregate(rs []result) map[cellKey]cell {
 	out := make(map[cellKey]cell, len(group))
 	for k, g := range group {
 		var rates, p50, p99, calls, usec, cpu, srv, cli []float64
-		c := cell{N: len(g), RateMin: math.Inf(1), RateMax: math.Inf(-1), P99Min: math.MaxInt64}
+		c := cell{N: len(g), RateMin: math.Inf(1), RateMax: math.Inf(-1), P99Min: math.MaxInt64,
+			CostMin: math.Inf(1), CostMax: math.Inf(-1)}
+		var cost []float64
 		for _, r := range g {
 			rt := r.rate()
 			rates = append(rates, rt)
@@ -147,6 +152,9 @@ func aggregate(rs []result) map[cellKey]cell {
 			usec = append(usec, r.RedisUsec)
 			cpu = append(cpu, r.RedisCPU)
 			srv = append(srv, r.ServerCPU)
+			k := r.ServerCPU + r.RedisCPU
+			cost = append(cost, k)
+			c.CostMin, c.CostMax = math.Min(c.CostMin, k), math.Max(c.CostMax, k)
 			cli = append(cli, r.ClientCPU)
 			c.Errors += r.Errors
 			c.Denied += r.Denied
@@ -158,7 +166,7 @@ func aggregate(rs []result) map[cellKey]cell {
 		c.Rate = median(rates)
 		c.P50, c.P99 = time.Duration(median(p50)), time.Duration(median(p99))
 		c.RedisCalls, c.RedisUsec, c.RedisCPU = median(calls), median(usec), median(cpu)
-		c.ServerCPU, c.ClientCPU = median(srv), median(cli)
+		c.ServerCPU, c.ClientCPU, c.Cost = median(srv), median(cli), median(cost)
 		out[k] = c
 	}
 	return out
@@ -396,7 +404,7 @@ func writeMarkdown(w io.Writer, rep report) {
 
 	if len(allot) > 0 && len(others) > 0 {
 		fmt.Fprintf(w, "## allot ÷ peer\n\n")
-		fmt.Fprintf(w, "Per cell: decisions/s ratio (above 1: allot answers more) / p99 ratio (below 1: allot's tail is shorter), medians of the rounds at the same concurrency; † marks a ratio whose two sides do not overlap (every round of one above every round of the other%s). The like-for-like rows are `allot-rls-exact` against the RLS peers (same client, same requests, GCRA or counters in the same Redis) and `allot-grpc-*` against gubernator (each its own gRPC API).\n\n", chance(cfg.rounds))
+		fmt.Fprintf(w, "Per cell: decisions/s ratio (above 1: allot answers more) / p99 ratio (below 1: allot's tail is shorter) / CPU ratio, server + Redis µs per decision (below 1: allot costs less), medians of the rounds at the same concurrency; † marks a ratio whose two sides do not overlap (every round of one above every round of the other%s). Throughput and latency here move with whatever else the shared machine runs; CPU per decision moves less. The like-for-like rows are `allot-rls-exact` against the RLS peers (same client, same requests, GCRA or counters in the same Redis) and `allot-grpc-*` against gubernator (each its own gRPC API).\n\n", chance(cfg.rounds))
 		fmt.Fprintf(w, "| allot | concurrency |")
 		for _, o := range others {
 			fmt.Fprintf(w, " ÷ `%s` |", o.Name)
@@ -415,16 +423,16 @@ func writeMarkdown(w io.Writer, rep report) {
 						fmt.Fprintf(w, " — |")
 						continue
 					}
-					rateMark, p99Mark := "", ""
-					if ax.N > 1 && ox.N > 1 {
-						if apart(ax.RateMin, ax.RateMax, ox.RateMin, ox.RateMax) != 0 {
-							rateMark = " †"
+					mark := func(aMin, aMax, bMin, bMax float64) string {
+						if ax.N > 1 && ox.N > 1 && apart(aMin, aMax, bMin, bMax) != 0 {
+							return " †"
 						}
-						if apart(float64(ax.P99Min), float64(ax.P99Max), float64(ox.P99Min), float64(ox.P99Max)) != 0 {
-							p99Mark = " †"
-						}
+						return ""
 					}
-					fmt.Fprintf(w, " %s%s / %s%s |", fmtRatio(ratio(ax.Rate, ox.Rate)), rateMark, fmtRatio(ratio(float64(ax.P99), float64(ox.P99))), p99Mark)
+					fmt.Fprintf(w, " %s%s / %s%s / %s%s |",
+						fmtRatio(ratio(ax.Rate, ox.Rate)), mark(ax.RateMin, ax.RateMax, ox.RateMin, ox.RateMax),
+						fmtRatio(ratio(float64(ax.P99), float64(ox.P99))), mark(float64(ax.P99Min), float64(ax.P99Max), float64(ox.P99Min), float64(ox.P99Max)),
+						fmtRatio(ratio(ax.Cost, ox.Cost)), mark(ax.CostMin, ax.CostMax, ox.CostMin, ox.CostMax))
 				}
 				fmt.Fprintln(w)
 			}

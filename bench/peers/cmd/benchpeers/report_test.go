@@ -61,7 +61,7 @@ func fixedRun() report {
 	ms := time.Millisecond
 	res := func(p string, round int, decisions int64, p99 time.Duration) result {
 		return result{Peer: p, Conc: 16, Round: round, Decisions: decisions, Elapsed: time.Second,
-			P50: p99 / 4, P99: p99, RedisCalls: 1}
+			P50: p99 / 4, P99: p99, RedisCalls: 1, ServerCPU: 1e6 / float64(decisions), RedisCPU: 10}
 	}
 	return report{
 		Cfg: config{rounds: 3, warmup: time.Second, duration: time.Second, conc: []int{16}, conns: 2, tenants: 1024, pipeline: 64},
@@ -108,7 +108,7 @@ func TestAggregateAndRatios(t *testing.T) {
 	var md bytes.Buffer
 	writeMarkdown(&md, rep)
 	for _, want := range []string{
-		"| `allot-rls-exact` | 16 | 1.50× † / 0.50× † |",                         // allot ÷ envoy, rounds apart
+		"| `allot-rls-exact` | 16 | 1.50× † / 0.50× † / 0.70× † |",               // allot ÷ envoy: rate, p99, CPU (76.7 ÷ 110 µs), rounds apart
 		"| `allot-rls-exact` | 16 | 15,000 | 25 % | 38 % |",                      // ÷ 60,000 and ÷ 40,000
 		"| `allot-rls-exact` | 16 | 15,000 | 12,000–18,000 | 750 µs | 3.00 ms |", // every peer
 		"**60,000 decisions/s**",
