@@ -150,6 +150,13 @@ func (s *Service) Decide(ctx context.Context, d map[string]string, cost int64) (
 		return Decision{}, err
 	}
 	dec, lc := s.decide(ctx, &p)
+	s.record(tenant, &p, cost, dec, lc)
+	return dec, nil
+}
+
+// record counts a decision: in the tenant's report counters when it spends
+// the budget, and in the decisions metric.
+func (s *Service) record(tenant string, p *plan, cost int64, dec Decision, lc *limitCache) {
 	if p.budget {
 		s.counts.add(tenant, cost, dec.Allowed)
 	}
@@ -159,7 +166,6 @@ func (s *Service) Decide(ctx context.Context, d map[string]string, cost int64) (
 	} else {
 		c.denied.Inc()
 	}
-	return dec, nil
 }
 
 // counters returns the decision counters of the limit lc caches (of name,
@@ -288,6 +294,12 @@ func (s *Service) decide(ctx context.Context, p *plan) (Decision, *limitCache) {
 	if !dec.Allowed {
 		return dec, lc
 	}
+	return s.decideLeased(ctx, p, dec, lc)
+}
+
+// decideLeased decides p's leased limits after its enforced ones admitted
+// with dec.
+func (s *Service) decideLeased(ctx context.Context, p *plan, dec Decision, lc *limitCache) (Decision, *limitCache) {
 	for i := range p.leased.n {
 		it := p.leased.at(i)
 		var d gcra.Decision

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -89,32 +88,19 @@ func (a limiterAPI) DecideBatch(ctx context.Context, r *allotv1.DecideBatchReque
 			}
 		}
 	}
-	// Decide the requests of different tenants concurrently, so that their
-	// store calls travel together (the pipeline store merges concurrent
-	// decisions into one round trip) instead of one after another. Every
-	// key is its tenant's, so the order between tenants cannot be observed;
-	// one tenant's requests are decided one after another, in order.
+	// One store round trip for the whole batch (DecideMany).
+	in := make([]Request, len(reqs))
+	for i, q := range reqs {
+		in[i] = Request{Descriptors: q.GetDescriptors(), Cost: protoCost(q.GetCost())}
+	}
 	out := &allotv1.DecideBatchResponse{Responses: make([]*allotv1.DecideResponse, len(reqs))}
+	results := a.s.DecideMany(ctx, in)
 	errs := make([]error, len(reqs))
-	decide := func(group []int) {
-		for _, i := range group {
-			d, err := a.s.Decide(ctx, reqs[i].GetDescriptors(), protoCost(reqs[i].GetCost()))
-			if err != nil {
-				errs[i] = err
-				continue
-			}
-			out.Responses[i] = toProto(d)
+	for i, r := range results {
+		if errs[i] = r.Err; r.Err == nil {
+			out.Responses[i] = toProto(r.Decision)
 		}
 	}
-	groups := byTenant(reqs)
-	var wg sync.WaitGroup
-	for _, group := range groups[min(1, len(groups)):] {
-		wg.Go(func() { decide(group) })
-	}
-	if len(groups) > 0 {
-		decide(groups[0])
-	}
-	wg.Wait()
 	for i, err := range errs {
 		switch {
 		case err == nil:
@@ -126,27 +112,6 @@ func (a limiterAPI) DecideBatch(ctx context.Context, r *allotv1.DecideBatchReque
 		}
 	}
 	return out, nil
-}
-
-// byTenant splits a batch's request indices by tenant, in order within
-// each tenant, tenants in order of first appearance.
-func byTenant(reqs []*allotv1.DecideRequest) [][]int {
-	if len(reqs) == 0 {
-		return nil
-	}
-	at := make(map[string]int, len(reqs))
-	groups := make([][]int, 0, len(reqs))
-	for i, q := range reqs {
-		t := q.GetDescriptors()["tenant"]
-		g, ok := at[t]
-		if !ok {
-			g = len(groups)
-			at[t] = g
-			groups = append(groups, nil)
-		}
-		groups[g] = append(groups[g], i)
-	}
-	return groups
 }
 
 // badRequestAt names request i in a bad request's message.

@@ -1,0 +1,150 @@
+package regional
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/allot-dev/allot/gcra"
+	"github.com/allot-dev/allot/gcra/memstore"
+)
+
+// countingStore counts the round trips made to a memstore.
+// countingStore counts the round trips made to a memstore, and fails them
+// while down is set.
+type countingStore struct {
+	*memstore.Store
+	decides, manys, manyElems atomic.Int64
+	down                      atomic.Bool
+}
+
+var errDown = errors.New("store down (test)")
+
+func (c *countingStore) Decide(ctx context.Context, reqs []gcra.Request) (gcra.Decision, error) {
+	c.decides.Add(1)
+	if c.down.Load() {
+		return gcra.Decision{}, errDown
+	}
+	return c.Store.Decide(ctx, reqs)
+}
+
+func (c *countingStore) DecideMany(ctx context.Context, batch [][]gcra.Request) []gcra.Answer {
+	c.manys.Add(1)
+	c.manyElems.Add(int64(len(batch)))
+	if c.down.Load() {
+		out := make([]gcra.Answer, len(batch))
+		for i := range out {
+			out[i].Err = errDown
+		}
+		return out
+	}
+	return c.Store.DecideMany(ctx, batch)
+}
+
+func countingPod(t *testing.T) (*pod, *fakeClock, *countingStore) {
+	t.Helper()
+	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	mcfg := memstore.DefaultConfig()
+	mcfg.Clock = clock.Now
+	ms, err := memstore.New(mcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := &countingStore{Store: ms}
+	return startPod(t, cs, func(c *Config) { c.StoreTimeout = 5 * time.Second }), clock, cs
+}
+
+// randomRequests draws a mix the test policy treats every way: budget
+// tenants, tenant+user composites with a shadow limit, the fail-closed login
+// route, and bad requests (no tenant, cost 0, a cost above every burst).
+func randomRequests(r *rand.Rand, n int) []Request {
+	reqs := make([]Request, n)
+	for i := range reqs {
+		d := map[string]string{"tenant": fmt.Sprintf("t%d", r.IntN(4))}
+		switch r.IntN(6) {
+		case 0:
+			d["user"] = fmt.Sprintf("u%d", r.IntN(3))
+		case 1:
+			d["route"] = "/login"
+		case 2:
+			delete(d, "tenant")
+			d["user"] = "nobody"
+		}
+		cost := int64(1 + r.IntN(2))
+		switch r.IntN(12) {
+		case 0:
+			cost = 0
+		case 1:
+			cost = 9
+		}
+		reqs[i] = Request{Descriptors: d, Cost: cost}
+	}
+	return reqs
+}
+
+// TestDecideManyMatchesDecide: a batch is decided exactly as the same
+// requests decided one by one, in order (two pods on identical stores and
+// clocks, random batches, time moving between them), and a batch's plain
+// requests share round trips.
+func TestDecideManyMatchesDecide(t *testing.T) {
+	batched, bclock, bstore := countingPod(t)
+	single, sclock, _ := countingPod(t)
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(7, 8))
+	for round := range 40 {
+		reqs := randomRequests(r, 1+r.IntN(24))
+		before := bstore.manys.Load() + bstore.decides.Load()
+		got := batched.s.DecideMany(ctx, reqs)
+		trips := bstore.manys.Load() + bstore.decides.Load() - before
+		alone := 0
+		for i, q := range reqs {
+			want, werr := single.s.Decide(ctx, q.Descriptors, q.Cost)
+			if (werr == nil) != (got[i].Err == nil) || (werr != nil && werr.Error() != got[i].Err.Error()) {
+				t.Fatalf("round %d request %d %v: DecideMany error %v, Decide error %v", round, i, q, got[i].Err, werr)
+			}
+			if got[i].Decision != want {
+				t.Fatalf("round %d request %d %v:\nDecideMany %+v\nDecide     %+v", round, i, q, got[i].Decision, want)
+			}
+			if _, ok := q.Descriptors["user"]; ok && werr == nil {
+				alone++ // a shadow limit matches: decided on its own
+			}
+		}
+		// Each request with a shadow limit is a round trip of its own and
+		// may split the batch once (its tenant's earlier requests go first).
+		if limit := int64(1 + 2*alone); trips > limit {
+			t.Errorf("round %d: %d store round trips for %d requests (%d with shadow limits), want at most %d", round, trips, len(reqs), alone, limit)
+		}
+		step := time.Duration(r.IntN(400)) * time.Millisecond
+		bclock.Add(step)
+		sclock.Add(step)
+	}
+	if bstore.manyElems.Load() == 0 {
+		t.Fatal("no batch reached the store as one DecideMany")
+	}
+}
+
+// TestDecideManyStoreDown: when the store fails, every request of the
+// batch is decided by its limits' on_failure (fail-open budget at the
+// fallback rate, fail-closed login denied), each counted.
+func TestDecideManyStoreDown(t *testing.T) {
+	p, _, cs := countingPod(t)
+	cs.down.Store(true)
+	reqs := []Request{
+		{Descriptors: map[string]string{"tenant": "d1"}, Cost: 1},
+		{Descriptors: map[string]string{"tenant": "d2"}, Cost: 1},
+		{Descriptors: map[string]string{"tenant": "d3", "route": "/login"}, Cost: 1},
+	}
+	got := p.s.DecideMany(context.Background(), reqs)
+	for i, want := range []struct{ allowed, closed bool }{{true, false}, {true, false}, {false, true}} {
+		if got[i].Err != nil || !got[i].Decision.Fallback || got[i].Decision.Allowed != want.allowed || got[i].Decision.Closed != want.closed {
+			t.Errorf("request %d with the store down = %+v, %v; want fallback, allowed %v, closed %v", i, got[i].Decision, got[i].Err, want.allowed, want.closed)
+		}
+	}
+	if n := cs.manys.Load(); n != 1 {
+		t.Errorf("%d DecideMany calls for one batch, want 1", n)
+	}
+}
