@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,9 +22,22 @@ import (
 
 // latencies collects per-call latencies across goroutines.
 type latencies struct {
-	mu sync.Mutex
-	d  []time.Duration
+	mu  sync.Mutex
+	d   []time.Duration
+	cpu time.Duration // the process's CPU time when the measurement began
 }
+
+// processCPU is this process's user + system CPU time so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// start marks the beginning of the measurement: call after ResetTimer.
+func (l *latencies) start(b *testing.B) { l.cpu = processCPU(b) }
 
 func (l *latencies) add(d time.Duration) {
 	l.mu.Lock()
@@ -39,6 +53,10 @@ func (l *latencies) report(b *testing.B) {
 	b.ReportMetric(float64(l.d[len(l.d)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(l.d[len(l.d)*99/100].Microseconds()), "p99-µs")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+	if l.cpu > 0 {
+		// Client and pod together (one process); Redis is apart.
+		b.ReportMetric(float64((processCPU(b)-l.cpu).Microseconds())/float64(b.N), "cpu-µs/decision")
+	}
 }
 
 // BenchmarkEndToEnd decides through a regional pod's public APIs (gRPC
@@ -96,6 +114,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 		var next atomic.Int64
 		b.SetParallelism(2)
 		b.ResetTimer()
+		lat.start(b)
 		b.RunParallel(func(pb *testing.PB) {
 			req := &allotv1.DecideBatchRequest{}
 			for more := true; more; {
@@ -148,6 +167,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 				next := 0
 				b.SetParallelism(max(1, conc/2)) // GOMAXPROCS 2 here
 				b.ResetTimer()
+				lat.start(b)
 				b.RunParallel(func(pb *testing.PB) {
 					for pb.Next() {
 						mu.Lock()
