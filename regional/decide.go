@@ -11,7 +11,6 @@ import (
 
 	"github.com/allot-dev/allot/gcra"
 	"github.com/allot-dev/allot/gcra/keys"
-	"github.com/allot-dev/allot/gcra/lease"
 	"github.com/allot-dev/allot/gcra/redisstore"
 	"github.com/allot-dev/allot/policy"
 )
@@ -302,11 +301,7 @@ func (s *Service) decide(ctx context.Context, p *plan) (Decision, *limitCache) {
 func (s *Service) decideLeased(ctx context.Context, p *plan, dec Decision, lc *limitCache) (Decision, *limitCache) {
 	for i := range p.leased.n {
 		it := p.leased.at(i)
-		var d gcra.Decision
-		l, err := s.leaserOf(it)
-		if err == nil {
-			d, err = l.DecideOne(ctx, it.req)
-		}
+		d, err := s.leases.DecideSized(ctx, it.req, it.l.Lease)
 		if err != nil {
 			reason := failureReason(err)
 			var one items
@@ -327,20 +322,6 @@ func (s *Service) decideLeased(ctx context.Context, p *plan, dec Decision, lc *l
 		}
 	}
 	return dec, lc
-}
-
-// leaserOf returns the lease limiter of a leased item, cached in the
-// tenant's limit cache so that the decide path takes no lock for it.
-func (s *Service) leaserOf(it *item) (*lease.Limiter, error) {
-	if l := it.lc.leaser.Load(); l != nil {
-		return l, nil
-	}
-	l, err := s.leaser(it.l.Lease)
-	if err != nil {
-		return nil, err
-	}
-	it.lc.leaser.Store(l)
-	return l, nil
 }
 
 // decideWithShadow runs the enforced limits and the shadow ones in one

@@ -57,11 +57,7 @@ func TestLeasedLimit(t *testing.T) {
 	if err != nil || d.Allowed || d.Limit != "machine" || d.RetryAfter <= 0 {
 		t.Fatalf("101st decision = %+v, %v; want denied by machine with a retry-after", d, err)
 	}
-	l, err := p.s.leaser(10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s := l.Stats(); s.Leases != 10 || s.Served != 100 || s.Held != 0 || s.Denied != 1 {
+	if s := p.s.leases.Stats(); s.Leases != 10 || s.Served != 100 || s.Held != 0 || s.Denied != 1 {
 		t.Fatalf("lease stats %+v, want 10 leases, 100 served, none held, 1 denied", s)
 	}
 	for result, want := range map[string]float64{"allowed": 100, "denied": 1} {

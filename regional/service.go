@@ -34,8 +34,14 @@ type Service struct {
 	breaker *gobreaker.CircuitBreaker[[]gcra.Answer]
 	local   *memstore.Store // the fallback limiter
 
-	leaseMu sync.Mutex
-	leases  map[int64]*lease.Limiter // by lease size
+	// leases serves every leased limit, each with its policy's lease size
+	// (lease.Limiter.DecideSized), over the region's store. Run runs it:
+	// served decisions then read its coarse clock (one atomic load) instead
+	// of the monotonic clock, so leased units may be served past their TTL
+	// by at most its Tick (lease.DefaultConfig: 1 s leases, 10 ms ticks)
+	// plus any delay of the goroutine; never early, and never a unit the
+	// store did not count. Without Run, decisions read the clock.
+	leases *lease.Limiter
 
 	failMu     sync.Mutex
 	failLogged map[string]time.Time
@@ -72,6 +78,10 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	leases, err := lease.New(cfg.Store, lease.DefaultConfig())
+	if err != nil {
+		return nil, fmt.Errorf("regional: leases: %w", err)
+	}
 	st := state.New(cfg.Etcd, cfg.Prefix)
 	s := &Service{
 		cfg:        cfg,
@@ -80,7 +90,7 @@ func New(cfg Config) (*Service, error) {
 		view:       newView(cfg.Region, st, cfg.Drift),
 		counts:     newCounters(cfg.MaxTenants),
 		local:      local,
-		leases:     map[int64]*lease.Limiter{},
+		leases:     leases,
 		failLogged: map[string]time.Time{},
 	}
 	s.breaker = gobreaker.NewCircuitBreaker[[]gcra.Answer](gobreaker.Settings{
@@ -134,7 +144,8 @@ func (s *Service) warmUp(ctx context.Context) {
 }
 
 // Run mirrors policy, budgets and grants from etcd, reports to the leader
-// every ReportInterval, and sweeps the local stores, until ctx ends.
+// every ReportInterval, sweeps the local stores and advances the leases'
+// coarse clock, until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	logErr := func(what string) func(error) {
@@ -152,22 +163,7 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error { return ignoreCtx(s.local.Run(ctx)) })
 	g.Go(func() error { return s.rep.run(ctx) })
 	g.Go(func() error { s.warmUp(ctx); return nil })
-	g.Go(func() error {
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-t.C:
-				s.leaseMu.Lock()
-				for _, l := range s.leases {
-					l.Sweep()
-				}
-				s.leaseMu.Unlock()
-			}
-		}
-	})
+	g.Go(func() error { return s.leases.Run(ctx) })
 	return g.Wait()
 }
 
@@ -176,24 +172,6 @@ func ignoreCtx(err error) error {
 		return nil
 	}
 	return err
-}
-
-// leaser returns the lease limiter for lease size n.
-func (s *Service) leaser(n int64) (*lease.Limiter, error) {
-	s.leaseMu.Lock()
-	defer s.leaseMu.Unlock()
-	if l, ok := s.leases[n]; ok {
-		return l, nil
-	}
-	cfg := lease.DefaultConfig()
-	cfg.Size = n
-	cfg.MinBurst = max(n, cfg.MinBurst)
-	l, err := lease.New(s.cfg.Store, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("lease of %d units: %w", n, err)
-	}
-	s.leases[n] = l
-	return l, nil
 }
 
 // livePods is the region's live pod count, at least 1.

@@ -11,7 +11,6 @@ import (
 
 	"github.com/allot-dev/allot/gcra"
 	"github.com/allot-dev/allot/gcra/keys"
-	"github.com/allot-dev/allot/gcra/lease"
 	"github.com/allot-dev/allot/internal/state"
 	"github.com/allot-dev/allot/policy"
 	"github.com/allot-dev/allot/shares"
@@ -74,10 +73,8 @@ type limitCache struct {
 	// limits take the region's grant instead, which changes.
 	lim    gcra.Limit
 	limErr error
-	// counters are the limit's decision counters, and leaser its lease
-	// limiter (leased limits), set on first use.
+	// counters are the limit's decision counters, set on first use.
 	counters atomic.Pointer[limitCounters]
-	leaser   atomic.Pointer[lease.Limiter]
 }
 
 func newView(region string, store *state.Store, drift time.Duration) *view {

@@ -12,8 +12,11 @@
 // They are counted and exposed in Stats, so operators can size L. When a
 // full lease is not available the Limiter falls back to a request of just
 // the decision's cost, which limits that loss near the edge of the quota.
-// Composite decisions, keys whose burst is below Config.MinBurst and costs
-// above the lease size are not leased: they go to the store unchanged.
+// Composite decisions, keys whose burst is below Config.MinBurst (or the
+// lease size) and costs above the lease size are not leased: they go to the
+// store unchanged. The lease size is Config.Size, or the size each call of
+// DecideSized names, so that one Limiter, with one Run, serves keys leased
+// in different sizes.
 //
 // Accounting: every leased unit is served, stranded or held.
 //

@@ -11,22 +11,26 @@ import (
 	"github.com/allot-dev/allot/gcra"
 )
 
-// MaxSize bounds Config.Size: a key's held units are packed in 40 bits of
-// one word (see entry).
+// MaxSize bounds Config.Size and DecideSized's size: a key's held units are
+// packed in 40 bits of one word (see entry).
 const MaxSize = 1<<tokenBits - 1
+
+// ErrSize: DecideSized was given a lease size outside 1 to MaxSize.
+var ErrSize = errors.New("lease: size out of range")
 
 // Config configures a Limiter.
 type Config struct {
-	// Size is L, the units one lease takes from the store. A lease should
-	// last a fraction of a second at the key's per-pod rate. Default 10, at
-	// most MaxSize.
+	// Size is L, the units one lease takes from the store, for Decide and
+	// DecideOne (DecideSized takes its own). A lease should last a fraction
+	// of a second at the key's per-pod rate. Default 10, at most MaxSize.
 	Size int64
 	// TTL is how long leased units may be served locally. With P pods, at
 	// most P·Size units are stranded, each for at most TTL. Default 1s.
 	TTL time.Duration
 	// MinBurst: keys whose limit's burst is below it are not leased, since a
 	// lease would take too large a share of their burst. At least Size.
-	// Default 40.
+	// Default 40. (DecideSized leases a key when its burst is at least
+	// max(MinBurst, size).)
 	MinBurst int64
 	// Clock measures TTLs; tests pass a fake. nil (the default) reads the
 	// monotonic clock alone (time.Since of an instant taken in New: one
@@ -224,9 +228,10 @@ func (l *Limiter) entry(key string) *entry {
 	return e.(*entry)
 }
 
-// leases reports whether req is decided from leases, not passed through.
-func (l *Limiter) leased(req *gcra.Request) bool {
-	return req.Limit.Burst >= l.cfg.MinBurst && req.Cost <= l.cfg.Size
+// leased reports whether req is decided from leases of size units, not
+// passed through.
+func (l *Limiter) leased(req *gcra.Request, size int64) bool {
+	return req.Limit.Burst >= max(l.cfg.MinBurst, size) && req.Cost <= size
 }
 
 // Decide answers a single request from the key's lease when it can, takes a
@@ -236,19 +241,40 @@ func (l *Limiter) leased(req *gcra.Request) bool {
 // decision served from a lease, is the units this Limiter still holds for
 // the key.
 func (l *Limiter) Decide(ctx context.Context, reqs []gcra.Request) (gcra.Decision, error) {
-	if len(reqs) != 1 || !l.leased(&reqs[0]) {
+	if len(reqs) != 1 || !l.leased(&reqs[0], l.cfg.Size) {
 		return l.passThrough(ctx, reqs)
 	}
-	return l.DecideOne(ctx, reqs[0])
+	return l.decide(ctx, reqs[0], l.cfg.Size)
 }
 
 // DecideOne decides one request as Decide([]gcra.Request{req}) would,
 // without the caller building a slice: a decision served from a lease
 // allocates nothing.
 func (l *Limiter) DecideOne(ctx context.Context, req gcra.Request) (gcra.Decision, error) {
-	if !l.leased(&req) {
+	return l.DecideSized(ctx, req, l.cfg.Size)
+}
+
+// DecideSized decides one request as DecideOne does, with leases of size
+// units instead of Config.Size, so that one Limiter (and one Run) serves
+// keys whose lease sizes differ, such as the limits of a policy. The
+// request is leased when its limit's burst is at least max(MinBurst, size)
+// and its cost at most size; otherwise it goes to the store unchanged. A
+// key's size may change from one call to the next (a policy changed): the
+// units it holds are served as before and the next lease takes the new
+// size. The invariants do not depend on the size: every unit served was
+// charged by the store. size must be 1 to MaxSize (ErrSize otherwise).
+func (l *Limiter) DecideSized(ctx context.Context, req gcra.Request, size int64) (gcra.Decision, error) {
+	if size < 1 || size > MaxSize {
+		return gcra.Decision{}, fmt.Errorf("%w: %d, want 1 to %d", ErrSize, size, int64(MaxSize))
+	}
+	if !l.leased(&req, size) {
 		return l.passThrough(ctx, []gcra.Request{req})
 	}
+	return l.decide(ctx, req, size)
+}
+
+// decide decides a request that is leased with leases of size units.
+func (l *Limiter) decide(ctx context.Context, req gcra.Request, size int64) (gcra.Decision, error) {
 	if err := validate(&req); err != nil {
 		return gcra.Decision{}, err
 	}
@@ -264,7 +290,7 @@ func (l *Limiter) DecideOne(ctx context.Context, req gcra.Request) (gcra.Decisio
 		case <-ctx.Done():
 			return gcra.Decision{}, ctx.Err()
 		}
-		d, retry, err := l.refill(ctx, e, req)
+		d, retry, err := l.refill(ctx, e, req, size)
 		<-e.refill
 		if !retry {
 			return d, err
@@ -296,9 +322,11 @@ func (l *Limiter) passThrough(ctx context.Context, reqs []gcra.Request) (gcra.De
 }
 
 // refill runs with e.refill held: it serves from a lease another refiller
-// just took, or takes a new lease, or falls back to a request of the
-// decision's own cost. retry is true when e died meanwhile.
-func (l *Limiter) refill(ctx context.Context, e *entry, req gcra.Request) (d gcra.Decision, retry bool, err error) {
+// just took, or takes a new lease of size units, or falls back to a request
+// of the decision's own cost. retry is true when e died meanwhile. Units
+// are added only when the key holds fewer than the cost (take failed), so
+// it holds fewer than size after: never more than MaxSize.
+func (l *Limiter) refill(ctx context.Context, e *entry, req gcra.Request, size int64) (d gcra.Decision, retry bool, err error) {
 	if e.dead.Load() {
 		return gcra.Decision{}, true, nil
 	}
@@ -309,7 +337,7 @@ func (l *Limiter) refill(ctx context.Context, e *entry, req gcra.Request) (d gcr
 	}
 
 	lease := req
-	lease.Cost = l.cfg.Size
+	lease.Cost = size
 	d, err = l.store.Decide(ctx, []gcra.Request{lease})
 	if err != nil {
 		return gcra.Decision{}, false, err
@@ -318,13 +346,13 @@ func (l *Limiter) refill(ctx context.Context, e *entry, req gcra.Request) (d gcr
 		now := l.clock()
 		l.advance(now)
 		l.leases.Add(1)
-		l.leasedUnits.Add(l.cfg.Size)
+		l.leasedUnits.Add(size)
 		l.served.Add(1)
 		// Write expired units off before the new expiry covers them; the
 		// units added after it are covered by it.
 		l.settle(e, now, 0)
 		e.expires.Store(now + int64(l.cfg.TTL))
-		d.Remaining = l.settle(e, now, l.cfg.Size-req.Cost)
+		d.Remaining = l.settle(e, now, size-req.Cost)
 		return d, false, nil
 	}
 	// A full lease is not available: ask for just this decision's units.

@@ -95,18 +95,19 @@ func TestConfig(t *testing.T) {
 // costs, the clock moving: the pods never admit more than the store
 // counted, and what the store counted but nobody admitted is exactly the
 // stranded units plus those still held. With coarse, each pod's Run
-// advances a coarse clock every millisecond (and sweeps) meanwhile.
+// advances a coarse clock every millisecond (and sweeps) meanwhile. With
+// sized, every decision names its own lease size (DecideSized: 5, 10 or
+// 20 at random), so a key's lease size changes from one lease to the next.
 func TestNeverAdmitsMoreThanStoreCounted(t *testing.T) {
-	for _, coarse := range []bool{false, true} {
-		name := "exact"
-		if coarse {
-			name = "coarse"
-		}
-		t.Run(name, func(t *testing.T) { testNeverAdmitsMoreThanStoreCounted(t, coarse) })
+	for _, tc := range []struct {
+		name          string
+		coarse, sized bool
+	}{{"exact", false, false}, {"coarse", true, false}, {"coarse/sized", true, true}} {
+		t.Run(tc.name, func(t *testing.T) { testNeverAdmitsMoreThanStoreCounted(t, tc.coarse, tc.sized) })
 	}
 }
 
-func testNeverAdmitsMoreThanStoreCounted(t *testing.T, coarse bool) {
+func testNeverAdmitsMoreThanStoreCounted(t *testing.T, coarse, sized bool) {
 	clk, store, cfg := setup(t, 10, 40)
 	cfg.TTL = 20 * time.Millisecond
 	cfg.Tick = time.Millisecond
@@ -144,7 +145,14 @@ func testNeverAdmitsMoreThanStoreCounted(t *testing.T, coarse bool) {
 				}
 				cost := 1 + r.Int64N(3)
 				key := "k" + string(rune('0'+r.IntN(2)))
-				d, err := pod.Decide(context.Background(), []gcra.Request{{Key: key, Limit: l, Cost: cost}})
+				var d gcra.Decision
+				var err error
+				if sized {
+					size := []int64{5, 10, 20}[r.IntN(3)]
+					d, err = pod.DecideSized(context.Background(), gcra.Request{Key: key, Limit: l, Cost: cost}, size)
+				} else {
+					d, err = pod.Decide(context.Background(), []gcra.Request{{Key: key, Limit: l, Cost: cost}})
+				}
 				if err != nil {
 					t.Error(err)
 					return
@@ -488,4 +496,66 @@ func TestCoarseClockExpiry(t *testing.T) {
 			t.Fatalf("store counted %d, want three leases' 30", counted)
 		}
 	})
+}
+
+// One Limiter leases each call's own size: a lease takes exactly that many
+// units from the store; keys whose burst is below max(MinBurst, size) and
+// costs above the size pass through; a key whose size changes keeps the
+// units it holds and its next lease takes the new size; sizes outside 1 to
+// MaxSize are refused before the store is asked.
+func TestDecideSized(t *testing.T) {
+	_, store, cfg := setup(t, 10, 40)
+	p := newLimiter(t, store, cfg)
+	ctx := context.Background()
+	big := gcra.Limit{T: 1000, Burst: 1000}
+	steps := []struct {
+		name          string
+		key           string
+		limit         gcra.Limit
+		cost, size    int64
+		wantRemaining int64
+		wantCounted   int64 // the store's running total
+		wantLeases    int64
+		wantPass      int64
+	}{
+		{"first of a lease of 100", "a", big, 1, 100, 99, 100, 1, 0},
+		{"served from it", "a", big, 5, 100, 94, 100, 1, 0},
+		{"another key, a lease of 3 (burst ≥ MinBurst)", "b", big, 2, 3, 1, 103, 2, 0},
+		{"served, then spent", "b", big, 1, 3, 0, 103, 2, 0},
+		{"spent: a new lease of 3", "b", big, 3, 3, 0, 106, 3, 0},
+		{"a's size grows to 200: its 94 units serve first", "a", big, 50, 200, 44, 106, 3, 0},
+		{"fewer than the cost left: a lease of 200, the 44 kept", "a", big, 60, 200, 184, 306, 4, 0},
+		{"burst below the size: passes through", "c", gcra.Limit{T: 1000, Burst: 150}, 1, 200, 149, 307, 4, 1},
+		{"burst below MinBurst: passes through", "d", gcra.Limit{T: 1000, Burst: 39}, 1, 5, 38, 308, 4, 2},
+		{"cost above the size: passes through", "e", big, 6, 5, 994, 314, 4, 3},
+	}
+	for _, st := range steps {
+		d, err := p.DecideSized(ctx, gcra.Request{Key: st.key, Limit: st.limit, Cost: st.cost}, st.size)
+		if err != nil || !d.Allowed || d.Remaining != st.wantRemaining {
+			t.Fatalf("%s: DecideSized(%s, cost %d, size %d) = %+v, %v; want allowed with %d remaining",
+				st.name, st.key, st.cost, st.size, d, err, st.wantRemaining)
+		}
+		s := p.Stats()
+		if got := store.units.Load(); got != st.wantCounted || s.Leases != st.wantLeases || s.Passthrough != st.wantPass {
+			t.Fatalf("%s: store counted %d, stats %+v; want %d counted, %d leases, %d pass-throughs",
+				st.name, got, s, st.wantCounted, st.wantLeases, st.wantPass)
+		}
+	}
+	// Every unit the store counted for leases is served or held.
+	s := p.Stats()
+	if s.LeasedUnits != 306 || s.ServedUnits != 1+5+2+1+3+50+60 || s.Held != 184 || s.Stranded != 0 {
+		t.Fatalf("stats %+v, want 306 leased = 122 served + 184 held", s)
+	}
+	for _, size := range []int64{0, -1, lease.MaxSize + 1} {
+		if _, err := p.DecideSized(ctx, gcra.Request{Key: "a", Limit: big, Cost: 1}, size); !errors.Is(err, lease.ErrSize) {
+			t.Errorf("DecideSized(size %d) = %v, want lease.ErrSize", size, err)
+		}
+	}
+	if got := store.units.Load(); got != 314 {
+		t.Fatalf("refused sizes reached the store: it counted %d, want 314", got)
+	}
+	// DecideOne is DecideSized with Config.Size.
+	if d, err := p.DecideOne(ctx, gcra.Request{Key: "f", Limit: big, Cost: 1}); err != nil || d.Remaining != cfg.Size-1 {
+		t.Fatalf("DecideOne = %+v, %v; want a lease of Size %d", d, err, cfg.Size)
+	}
 }
