@@ -6,7 +6,8 @@
 // repository root for the method and the figures.
 //
 // cmd/benchpeers (make bench-peers) measures the whole path instead: allot
-// regional as its own process against redis-benchmark's physical limit,
+// regional as its own process (through gRPC, RLS, HTTP, allot's Go client
+// and raw DecideBatch RPCs) against redis-benchmark's physical limit,
 // Envoy's reference ratelimit service, redis_rate behind an RLS server and
 // gubernator, each its own process, in one interleaved run.
 package peers

@@ -35,8 +35,9 @@ type harness struct {
 	hc        *http.Client
 
 	peers   []peer
-	calls   map[string]callFunc
+	calls   map[string]driver
 	pools   []grpcPool
+	closers []io.Closer // allot's Go clients
 	skipped []skip
 	notes   []string
 	// loadRounds is the 1-minute load average as each round starts.
@@ -45,8 +46,10 @@ type harness struct {
 	// allot regional's HTTP base, for its metrics.
 	allotHTTP    string
 	allotVersion string
-	envoyBin     string
-	bench        redisBench
+	// src is what this harness was compiled from.
+	src      harnessSource
+	envoyBin string
+	bench    redisBench
 }
 
 // skip records a peer group that could not run, and why.
@@ -62,8 +65,11 @@ func (h *harness) progress(format string, args ...any) {
 // bench runs everything and writes the results.
 func bench(ctx context.Context, cfg config, stderr io.Writer) (err error) {
 	started := time.Now()
-	h := &harness{cfg: cfg, log: stderr, calls: map[string]callFunc{}}
+	h := &harness{cfg: cfg, log: stderr, calls: map[string]driver{}}
 	m := machine{CPU: cpuModel(), Cores: runtime.NumCPU(), MemGiB: memGiB(), Kernel: kernel(), LoadPre: loadAvg()}
+	if err := h.checkSource(ctx); err != nil {
+		return err
+	}
 	if h.work, err = os.MkdirTemp("", "allot-bench-peers-"); err != nil {
 		return fmt.Errorf("work directory: %w", err)
 	}
@@ -132,7 +138,7 @@ func bench(ctx context.Context, cfg config, stderr io.Writer) (err error) {
 	m.LoadPost, m.LoadRounds = loadAvg(), h.loadRounds
 	rep := report{
 		Started: started, Wall: time.Since(started), Machine: m, Cfg: cfg,
-		AllotVersion: h.allotVersion, Peers: h.peers, Skipped: h.skipped, Notes: h.notes, Results: results,
+		AllotVersion: h.allotVersion, HarnessVersion: h.src.String(), Peers: h.peers, Skipped: h.skipped, Notes: h.notes, Results: results,
 		PhysicalCmd: map[int]string{},
 	}
 	if h.bench.sha != "" {
@@ -168,6 +174,10 @@ func (h *harness) addProc(p *proc) { h.procs = append(h.procs, p) }
 
 // stopAll stops every child, newest first.
 func (h *harness) stopAll() {
+	for _, c := range h.closers {
+		_ = c.Close()
+	}
+	h.closers = nil
 	for _, p := range h.pools {
 		p.close()
 	}

@@ -52,6 +52,8 @@ type config struct {
 	tenants int
 	// pipeline is redis-benchmark's -P for the pipelined physical limit.
 	pipeline int
+	// batch is the decisions per DecideBatch RPC of allot-batch-exact.
+	batch int
 	// envoyBin is the ratelimit service binary; empty: cached or installed.
 	envoyBin string
 	// allotRev builds allot from `git archive REV` instead of the work tree.
@@ -83,6 +85,8 @@ func (c config) Validate() error {
 		return fmt.Errorf("--tenants %d: want at least 1", c.tenants)
 	case c.pipeline < 2:
 		return fmt.Errorf("--pipeline %d: want at least 2", c.pipeline)
+	case c.batch < 2 || c.batch > maxDecideBatch:
+		return fmt.Errorf("--batch %d: want 2 to %d (allot regional's cap on one DecideBatch)", c.batch, maxDecideBatch)
 	}
 	for _, n := range c.conc {
 		if n < 1 || n > 4096 {
@@ -97,13 +101,18 @@ func (c config) Validate() error {
 	return nil
 }
 
+// maxDecideBatch is allot regional's cap on the requests of one DecideBatch.
+const maxDecideBatch = 256
+
 func (c config) has(group string) bool { return slices.Contains(c.groups, group) }
 
 const usageText = `Usage: benchpeers [flags]
 
 Measures, in one run on this machine, allot end to end (allot regional as its
 own process: gRPC Decide, Envoy RLS ShouldRateLimit, HTTP POST /v1/decide;
-exact and leased limits) against the physical limit of its Redis
+exact and leased limits; and, on the exact limit, Decide through allot's Go
+client with its default coalescing and raw DecideBatch RPCs of --batch
+decisions) against the physical limit of its Redis
 (redis-benchmark running allot's GCRA script by EVALSHA, unpipelined and
 pipelined) and against peers on the same Redis: Envoy's reference ratelimit
 service, go-redis/redis_rate/v10 behind a minimal RLS server, and gubernator v2
@@ -117,6 +126,7 @@ binary of the pinned version is cached or given with --envoy-bin).
 Examples:
   make bench-peers
   make bench-peers ARGS='--allot-rev HEAD'     # allot as committed, not the work tree
+                                               # (the allot packages the harness links must match it)
   cd bench/peers && GOFLAGS=-mod=mod go run ./cmd/benchpeers --quick
   cd bench/peers && GOFLAGS=-mod=mod go run ./cmd/benchpeers --peers physical,allot,envoy --conc 16 --rounds 2
   cd bench/peers && GOFLAGS=-mod=mod go run ./cmd/benchpeers --out /tmp/peers --duration 10s
@@ -150,8 +160,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.conns, "conns", 2, "gRPC connections per server, shared round-robin by the goroutines")
 	fs.IntVar(&c.tenants, "tenants", 1024, "tenants (keys) the load rotates over")
 	fs.IntVar(&c.pipeline, "pipeline", 64, "redis-benchmark -P of the pipelined physical limit")
+	fs.IntVar(&c.batch, "batch", 64, "decisions per DecideBatch RPC of allot-batch-exact (the Go client's default MaxBatch)")
 	fs.StringVar(&c.envoyBin, "envoy-bin", "", "Envoy ratelimit service binary (default: cached, else go install "+envoyModule+"/src/service_cmd@"+envoyVersion+" into the user cache directory)")
-	fs.StringVar(&c.allotRev, "allot-rev", "", "build allot from this git revision (git archive) instead of the work tree")
+	fs.StringVar(&c.allotRev, "allot-rev", "", "build allot from this git revision (git archive) instead of the work tree; the allot packages linked into the harness (client, proto, gcra) must be the same there as in the work tree")
 	fs.BoolVar(&c.keep, "keep", false, "keep the work directory (logs, binaries, configs)")
 	fs.BoolVar(&c.quick, "quick", false, "a short run (about 2 min): 1 round, 0.5s warm-up, 1.5s per case")
 	if err := fs.Parse(args); err != nil {

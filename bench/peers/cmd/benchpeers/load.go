@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/allot-dev/allot/client"
 	allotv1 "github.com/allot-dev/allot/proto/allot/v1"
 )
 
@@ -27,31 +28,64 @@ import (
 // says whether it was allowed.
 type callFunc func(ctx context.Context, g, tenant int) (allowed bool, err error)
 
+// batchFunc makes one call carrying several decisions, for tenants first,
+// first+1, ... (modulo the tenant count), on goroutine g's connection. It
+// returns how many were decided (answered, allowed or denied) and how many
+// of those were denied; err is set when fewer than all were decided.
+type batchFunc func(ctx context.Context, g, first int) (decided, denied int, err error)
+
+// driver is how the load generator drives one peer: each call makes per
+// decisions (1: one decision per call, latency per decision; more: a batch,
+// latency per batch).
+type driver struct {
+	call batchFunc
+	per  int
+}
+
+// single drives call, one decision per call.
+func single(call callFunc) driver {
+	return driver{per: 1, call: func(ctx context.Context, g, tenant int) (int, int, error) {
+		ok, err := call(ctx, g, tenant)
+		switch {
+		case err != nil:
+			return 0, 0, err
+		case !ok:
+			return 1, 1, nil
+		}
+		return 1, 0, nil
+	}}
+}
+
 // sample is what one case measured.
 type sample struct {
-	// decisions answered (allowed or denied) that completed inside the
-	// measured window.
+	// decisions answered (allowed or denied) by calls that completed inside
+	// the measured window.
 	decisions int64
 	denied    int64
-	errors    int64
-	firstErr  error
-	elapsed   time.Duration
-	// lat holds every counted decision's latency, sorted.
+	// errors counts decisions not made (a failed batch counts all of its).
+	errors   int64
+	firstErr error
+	elapsed  time.Duration
+	// lat holds every counted call's latency, sorted: one per decision, or
+	// one per batch for a batch driver.
 	lat []time.Duration
 }
 
-// drive runs call on conc goroutines, each with one call in flight, for
+// drive runs d on conc goroutines, each with one call in flight, for
 // warmup+dur. Calls that complete inside [start+warmup, start+warmup+dur]
-// are counted; throughput is their number over dur. Tenants rotate through
-// a shared counter. mark (if not nil) is called with 0 as the measured
-// window opens and 1 as it closes, from a goroutine of its own.
-func drive(ctx context.Context, call callFunc, conc, tenants int, warmup, dur time.Duration, mark func(int)) sample {
+// are counted; throughput is their decisions over dur. Tenants rotate
+// through a shared counter, d.per of them per call. mark (if not nil) is
+// called with 0 as the measured window opens and 1 as it closes, from a
+// goroutine of its own.
+func drive(ctx context.Context, d driver, conc, tenants int, warmup, dur time.Duration, mark func(int)) sample {
 	type worker struct {
-		lat      []time.Duration
-		denied   int64
-		errors   int64
-		firstErr error
+		lat       []time.Duration
+		decisions int64
+		denied    int64
+		errors    int64
+		firstErr  error
 	}
+	per := uint64(max(d.per, 1))
 	ws := make([]worker, conc)
 	var next atomic.Uint64
 	start := time.Now()
@@ -86,22 +120,26 @@ func drive(ctx context.Context, call callFunc, conc, tenants int, warmup, dur ti
 				if !s.Before(t1) || cctx.Err() != nil {
 					return
 				}
-				tenant := int(next.Add(1) % uint64(tenants))
-				ok, err := call(cctx, g, tenant)
+				first := int((next.Add(per) - per) % uint64(tenants))
+				decided, denied, err := d.call(cctx, g, first)
 				e := time.Now()
 				if e.Before(t0) || e.After(t1) {
 					continue
 				}
-				if err != nil {
-					w.errors++
+				if missed := int64(per) - int64(decided); missed > 0 {
+					w.errors += missed
 					if w.firstErr == nil {
 						w.firstErr = err
+						if err == nil {
+							w.firstErr = fmt.Errorf("%d of %d decisions missing, no error", missed, per)
+						}
 					}
+				}
+				if decided == 0 {
 					continue
 				}
-				if !ok {
-					w.denied++
-				}
+				w.decisions += int64(decided)
+				w.denied += int64(denied)
 				w.lat = append(w.lat, e.Sub(s))
 			}
 		}()
@@ -115,6 +153,7 @@ func drive(ctx context.Context, call callFunc, conc, tenants int, warmup, dur ti
 	out.lat = make([]time.Duration, 0, n)
 	for i := range ws {
 		out.lat = append(out.lat, ws[i].lat...)
+		out.decisions += ws[i].decisions
 		out.denied += ws[i].denied
 		out.errors += ws[i].errors
 		if out.firstErr == nil {
@@ -122,7 +161,6 @@ func drive(ctx context.Context, call callFunc, conc, tenants int, warmup, dur ti
 		}
 	}
 	slices.Sort(out.lat)
-	out.decisions = int64(len(out.lat))
 	out.elapsed = dur
 	return out
 }
@@ -284,5 +322,70 @@ func gubernatorCall(pool grpcPool, tenants int, limit int64) callFunc {
 			return false, errors.New("GetRateLimits: " + e)
 		}
 		return rs[0].GetStatus() == gubernator.Status_UNDER_LIMIT, nil
+	}
+}
+
+// allotClientCall is Decide through allot's Go client (package client),
+// {tenant, mode}, cost 1, on one Client that every goroutine shares: with
+// the client's default coalescing, concurrent calls travel together as
+// independent DecideBatch RPCs.
+func allotClientCall(c *client.Client, tenants int, mode string) callFunc {
+	desc := make([]map[string]string, tenants)
+	for i := range desc {
+		desc[i] = map[string]string{"tenant": tenantName(i), modeKey: mode}
+	}
+	return func(ctx context.Context, _ int, tenant int) (bool, error) {
+		d, err := c.Decide(ctx, desc[tenant], 1)
+		if err != nil {
+			return false, err
+		}
+		return d.Allowed, nil
+	}
+}
+
+// allotBatchCall is allot.v1.Limiter/DecideBatch of per requests
+// ({tenant, mode}, cost 1, consecutive tenants), independent: each request
+// is answered on its own, so one that fails counts alone. Requests are
+// built once per tenant and batches once per first tenant.
+func allotBatchCall(pool grpcPool, tenants, per int, mode string) batchFunc {
+	clients := make([]allotv1.LimiterClient, len(pool))
+	for i, c := range pool {
+		clients[i] = allotv1.NewLimiterClient(c)
+	}
+	reqs := make([]*allotv1.DecideRequest, tenants)
+	for i := range reqs {
+		reqs[i] = &allotv1.DecideRequest{Descriptors: map[string]string{"tenant": tenantName(i), modeKey: mode}, Cost: 1}
+	}
+	batches := make([]*allotv1.DecideBatchRequest, tenants)
+	for first := range batches {
+		b := &allotv1.DecideBatchRequest{Requests: make([]*allotv1.DecideRequest, per), Independent: true}
+		for j := range per {
+			b.Requests[j] = reqs[(first+j)%tenants]
+		}
+		batches[first] = b
+	}
+	return func(ctx context.Context, g, first int) (decided, denied int, err error) {
+		r, err := clients[g%len(clients)].DecideBatch(ctx, batches[first])
+		if err != nil {
+			return 0, 0, err
+		}
+		rs := r.GetResponses()
+		if len(rs) != per {
+			return 0, 0, fmt.Errorf("DecideBatch: %d responses for %d requests", len(rs), per)
+		}
+		for _, x := range rs {
+			switch {
+			case x.GetErrorCode() != 0:
+				if err == nil {
+					err = fmt.Errorf("DecideBatch: a request failed: code %d: %s", x.GetErrorCode(), x.GetError())
+				}
+			case !x.GetAllowed():
+				decided++
+				denied++
+			default:
+				decided++
+			}
+		}
+		return decided, denied, err
 	}
 }

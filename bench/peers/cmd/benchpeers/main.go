@@ -8,7 +8,10 @@
 // from the main module) beside `allot coordinator` and an etcd, and is
 // driven through gRPC Decide, Envoy RLS ShouldRateLimit and HTTP POST
 // /v1/decide, with an exact limit (every decision calls Redis) and a leased
-// one (lease: 10). The peers are Envoy's reference ratelimit service,
+// one (lease: 10), and on the exact limit also through allot's Go client
+// (package client, compiled into this harness; its default coalescing merges
+// concurrent calls into DecideBatch RPCs) and by raw DecideBatch RPCs of 64
+// decisions. The peers are Envoy's reference ratelimit service,
 // go-redis/redis_rate/v10 behind a minimal RLS server, and gubernator v2;
 // every server is a process of its own. One closed-loop load generator
 // (fixed concurrency, each goroutine with one call in flight) drives every

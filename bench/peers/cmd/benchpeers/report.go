@@ -24,6 +24,9 @@ type peer struct {
 	Mode      string
 	// Pipe is redis-benchmark's -P (physical limit only).
 	Pipe int
+	// Batch is the decisions per call when above 1 (allot-batch-exact):
+	// latencies are per call, that is per batch.
+	Batch int
 	// pid is the server process whose CPU time the case reads (0: none).
 	pid int
 }
@@ -70,10 +73,13 @@ type report struct {
 	Machine      machine
 	Cfg          config
 	AllotVersion string
-	Peers        []peer
-	Skipped      []skip
-	Notes        []string
-	Results      []result
+	// HarnessVersion is what the harness (the load generator, with the
+	// allot packages it links) was compiled from.
+	HarnessVersion string
+	Peers          []peer
+	Skipped        []skip
+	Notes          []string
+	Results        []result
 	// PhysicalCmd is redis-benchmark's command line by pipeline depth.
 	PhysicalCmd map[int]string
 }
@@ -128,6 +134,9 @@ type cell struct {
 	Fallbacks              int64
 	FirstErr               string
 }
+
+// total is server + Redis + client CPU µs per decision (medians).
+func (c cell) total() float64 { return c.ServerCPU + c.RedisCPU + c.ClientCPU }
 
 func aggregate(rs []result) map[cellKey]cell {
 	group := map[cellKey][]result{}
@@ -236,15 +245,25 @@ func writeResults(dir string, rep report) error {
 
 // writeRaw writes every case of every round, in run order, in Go benchmark
 // format: benchstat -col /peer raw.txt compares peers.
+// A batch driver's latencies are per batch: their units (p50-batch-µs,
+// p99-batch-µs) keep benchstat from setting them beside one decision's.
 func writeRaw(w io.Writer, rep report) {
+	batched := map[string]bool{}
+	for _, p := range rep.Peers {
+		batched[p.Name] = p.Batch > 1
+	}
 	fmt.Fprintf(w, "goos: linux\ngoarch: amd64\npkg: github.com/allot-dev/allot/bench/peers/cmd/benchpeers\ncpu: %s\n", rep.Machine.CPU)
 	for _, r := range rep.Results {
 		nsPerOp := 0.0
 		if r.Decisions > 0 {
 			nsPerOp = float64(r.Elapsed.Nanoseconds()) / float64(r.Decisions)
 		}
-		fmt.Fprintf(w, "BenchmarkPeers/peer=%s/conc=%d\t%d\t%.1f ns/op\t%.0f decisions/s\t%.1f p50-µs\t%.1f p99-µs\t%.3f redis-calls/op\t%.2f redis-µs/op\t%.2f redis-cpu-µs/op\t%.2f server-cpu-µs/op\t%.2f client-cpu-µs/op\t%d errors\n",
-			r.Peer, r.Conc, r.Decisions, nsPerOp, r.rate(), us(r.P50), us(r.P99), r.RedisCalls, r.RedisUsec, r.RedisCPU, r.ServerCPU, r.ClientCPU, r.Errors)
+		lat := "µs"
+		if batched[r.Peer] {
+			lat = "batch-µs"
+		}
+		fmt.Fprintf(w, "BenchmarkPeers/peer=%s/conc=%d\t%d\t%.1f ns/op\t%.0f decisions/s\t%.1f p50-%s\t%.1f p99-%s\t%.3f redis-calls/op\t%.2f redis-µs/op\t%.2f redis-cpu-µs/op\t%.2f server-cpu-µs/op\t%.2f client-cpu-µs/op\t%d errors\n",
+			r.Peer, r.Conc, r.Decisions, nsPerOp, r.rate(), us(r.P50), lat, us(r.P99), lat, r.RedisCalls, r.RedisUsec, r.RedisCPU, r.ServerCPU, r.ClientCPU, r.Errors)
 	}
 }
 
@@ -317,8 +336,8 @@ func writeMarkdown(w io.Writer, rep report) {
 	}
 
 	fmt.Fprintf(w, "# allot against its physical limit and its peers (make bench-peers)\n\n")
-	fmt.Fprintf(w, "One run of `make bench-peers%s` on %s, %s wall time. allot: %s. Every figure below was measured in this run; `raw.txt` beside this file has every case of every round.\n\n",
-		makeArgs(cfg), rep.Started.UTC().Format("2006-01-02 15:04 MST"), rep.Wall.Round(time.Second), rep.AllotVersion)
+	fmt.Fprintf(w, "One run of `make bench-peers%s` on %s, %s wall time. allot regional: %s. The harness (load generator), with the allot packages it links — the Go client, the generated gRPC code, the GCRA script the physical limit loads — built by `go run` from the work tree at %s. Every figure below was measured in this run; `raw.txt` beside this file has every case of every round.\n\n",
+		makeArgs(cfg), rep.Started.UTC().Format("2006-01-02 15:04 MST"), rep.Wall.Round(time.Second), rep.AllotVersion, rep.HarnessVersion)
 	fmt.Fprintf(w, "Machine: %s\n\n", machineLine(m))
 
 	fmt.Fprintf(w, "## Machine\n\n| | |\n| --- | --- |\n")
@@ -336,7 +355,7 @@ func writeMarkdown(w io.Writer, rep report) {
 	}
 	fmt.Fprintf(w, "- Each case: `FLUSHALL` and `CONFIG RESETSTAT`, then %v of warm-up and %v measured. A closed-loop load generator (one process, Go's default GOMAXPROCS, like every server here: nothing sets it) runs as many goroutines as the concurrency level (%s), each with one call in flight; gRPC clients share %d connection(s) per server, HTTP keeps one keep-alive connection per goroutine.\n",
 		cfg.warmup, cfg.duration, joinInts(cfg.conc), cfg.conns)
-	fmt.Fprintf(w, "- Throughput is the decisions answered within the measured window over its length; p50 and p99 are client-side latencies of those decisions (every one recorded, nearest rank). A case with any error is marked; errors are not decisions.\n")
+	fmt.Fprintf(w, "- Throughput is the decisions answered within the measured window over its length; p50 and p99 are client-side latencies of those decisions (every one recorded, nearest rank). A case with any error is marked; errors are not decisions.%s\n", batchMethod(rep.Peers))
 	fmt.Fprintf(w, "- Keys: tenants `bench-0` … `bench-%d` in rotation, one key per tenant and peer. Limit: %s per second, burst %s, per key, so nothing is denied and every decision writes its key (the dearer path).\n",
 		cfg.tenants-1, fmtInt(benchRate), fmtInt(benchBurst))
 	fmt.Fprintf(w, "- RLS peers (allot's RLS, Envoy's ratelimit, redis_rate) are driven by the same client code with byte-identical requests: domain `%s`, one descriptor `{tenant, %s}`, hits 1.\n", rlsDomain, modeKey)
@@ -396,15 +415,15 @@ func writeMarkdown(w io.Writer, rep report) {
 				errs += fmt.Sprintf("; %d denied", x.Denied)
 			}
 			fmt.Fprintf(w, "| `%s` | %d | %s | %s–%s | %s | %s | %.2f | %.0f + %.0f + %.0f = %.0f | %s |\n", p.Name, c, fmtInt(x.Rate),
-				fmtInt(x.RateMin), fmtInt(x.RateMax), fmtLat(x.P50), fmtLat(x.P99), x.RedisCalls,
-				x.ServerCPU, x.RedisCPU, x.ClientCPU, x.ServerCPU+x.RedisCPU+x.ClientCPU, errs)
+				fmtInt(x.RateMin), fmtInt(x.RateMax), p.lat(x.P50), p.lat(x.P99), x.RedisCalls,
+				x.ServerCPU, x.RedisCPU, x.ClientCPU, x.total(), errs)
 		}
 	}
 	fmt.Fprintln(w)
 
 	if len(allot) > 0 && len(others) > 0 {
 		fmt.Fprintf(w, "## allot ÷ peer\n\n")
-		fmt.Fprintf(w, "Per cell: decisions/s ratio (above 1: allot answers more) / p99 ratio (below 1: allot's tail is shorter) / CPU ratio, server + Redis µs per decision (below 1: allot costs less), medians of the rounds at the same concurrency; † marks a ratio whose two sides do not overlap (every round of one above every round of the other%s). Throughput and latency here move with whatever else the shared machine runs; CPU per decision moves less. The like-for-like rows are `allot-rls-exact` against the RLS peers (same client, same requests, GCRA or counters in the same Redis) and `allot-grpc-*` against gubernator (each its own gRPC API).\n\n", chance(cfg.rounds))
+		fmt.Fprintf(w, "Per cell: decisions/s ratio (above 1: allot answers more) / p99 ratio (below 1: allot's tail is shorter) / CPU ratio, server + Redis µs per decision (below 1: allot costs less), medians of the rounds at the same concurrency; † marks a ratio whose two sides do not overlap (every round of one above every round of the other%s). Throughput and latency here move with whatever else the shared machine runs; CPU per decision moves less. The like-for-like rows are `allot-rls-exact` against the RLS peers (same client, same requests, GCRA or counters in the same Redis) and `allot-grpc-*` against gubernator (each its own gRPC API, one decision per call).%s\n\n", chance(cfg.rounds), batchRatioNote(allot))
 		fmt.Fprintf(w, "| allot | concurrency |")
 		for _, o := range others {
 			fmt.Fprintf(w, " ÷ `%s` |", o.Name)
@@ -429,9 +448,13 @@ func writeMarkdown(w io.Writer, rep report) {
 						}
 						return ""
 					}
-					fmt.Fprintf(w, " %s%s / %s%s / %s%s |",
+					p99 := "—" // a batch's latency is not one decision's
+					if a.Batch <= 1 {
+						p99 = fmtRatio(ratio(float64(ax.P99), float64(ox.P99))) + mark(float64(ax.P99Min), float64(ax.P99Max), float64(ox.P99Min), float64(ox.P99Max))
+					}
+					fmt.Fprintf(w, " %s%s / %s / %s%s |",
 						fmtRatio(ratio(ax.Rate, ox.Rate)), mark(ax.RateMin, ax.RateMax, ox.RateMin, ox.RateMax),
-						fmtRatio(ratio(float64(ax.P99), float64(ox.P99))), mark(float64(ax.P99Min), float64(ax.P99Max), float64(ox.P99Min), float64(ox.P99Max)),
+						p99,
 						fmtRatio(ratio(ax.Cost, ox.Cost)), mark(ax.CostMin, ax.CostMax, ox.CostMin, ox.CostMax))
 				}
 				fmt.Fprintln(w)
@@ -442,25 +465,32 @@ func writeMarkdown(w io.Writer, rep report) {
 
 	if len(allot) > 0 && limit > 0 {
 		fmt.Fprintf(w, "## allot's fraction of the physical limit\n\n")
-		fmt.Fprintf(w, "allot's decisions/s ÷ the pipelined physical limit (%s decisions/s), and ÷ unpipelined redis-benchmark at the same concurrency. Leased decisions call Redis once per %d units, so they can exceed the limit of the script.\n\n", fmtInt(limit), allotLease)
-		fmt.Fprintf(w, "| allot | concurrency | decisions/s | ÷ pipelined limit | ÷ redis-benchmark unpipelined, same concurrency |\n| --- | --- | --- | --- | --- |\n")
-		var unpiped string
+		var unpiped, piped string
 		for _, p := range physical {
 			if p.Pipe == 1 {
 				unpiped = p.Name
+			} else {
+				piped = p.Name
 			}
 		}
+		fmt.Fprintf(w, "allot's decisions/s ÷ the pipelined physical limit (%s decisions/s), ÷ unpipelined redis-benchmark at the same concurrency, and ÷ pipelined redis-benchmark (`-P %d`) at the same concurrency: the like-for-like figure for `allot-batch-exact`, whose every goroutine keeps a batch of %d decisions in flight as every redis-benchmark client keeps a pipeline of %d. Leased decisions call Redis once per %d units, so they can exceed the limit of the script.\n\n",
+			fmtInt(limit), cfg.pipeline, cfg.batch, cfg.pipeline, allotLease)
+		fmt.Fprintf(w, "| allot | concurrency | decisions/s | ÷ pipelined limit | ÷ redis-benchmark unpipelined, same concurrency | ÷ redis-benchmark pipelined, same concurrency |\n| --- | --- | --- | --- | --- | --- |\n")
 		for _, a := range allot {
 			for _, c := range cfg.conc {
 				ax, ok := cells[cellKey{a.Name, c}]
 				if !ok {
 					continue
 				}
-				fmt.Fprintf(w, "| `%s` | %d | %s | %s | %s |\n", a.Name, c, fmtInt(ax.Rate), fmtPct(ratio(ax.Rate, limit)),
-					fmtPct(ratio(ax.Rate, cells[cellKey{unpiped, c}].Rate)))
+				fmt.Fprintf(w, "| `%s` | %d | %s | %s | %s | %s |\n", a.Name, c, fmtInt(ax.Rate), fmtPct(ratio(ax.Rate, limit)),
+					fmtPct(ratio(ax.Rate, cells[cellKey{unpiped, c}].Rate)), fmtPct(ratio(ax.Rate, cells[cellKey{piped, c}].Rate)))
 			}
 		}
 		fmt.Fprintln(w)
+		if name, c, rate := bestExactGRPC(cells, allot, cfg.conc); name != "" {
+			fmt.Fprintf(w, "Best exact decision rate through allot's gRPC API (`allot.v1.Limiter`: `allot-grpc-exact`, `allot-client-exact`, `allot-batch-exact`): `%s` at concurrency %d, %s decisions/s, **%s of the pipelined physical limit** (issue 8 aims at ≥ 70 %%). With %d vCPUs for client, server and Redis together, %s ÷ that case's total CPU per decision (%.0f µs) bounds it at %s decisions/s.\n\n",
+				name, c, fmtInt(rate), fmtPct(ratio(rate, limit)), m.Cores, fmtInt(float64(m.Cores)*1e6), cells[cellKey{name, c}].total(), fmtInt(ratio(float64(m.Cores)*1e6, cells[cellKey{name, c}].total())))
+		}
 	}
 
 	fmt.Fprintf(w, "## Reproduce\n\n```sh\nmake bench-peers%s   # this run\nmake bench-peers ARGS=--quick   # about 2 minutes\n# every peer side by side, or two of them (p-values need --rounds 4 or more):\n/root/go/bin/benchstat -col /peer bench/results/peers/raw.txt\n/root/go/bin/benchstat -filter '/peer:(envoy-ratelimit OR allot-rls-exact)' -col /peer bench/results/peers/raw.txt\n```\n",
@@ -547,4 +577,67 @@ func fallbackSummary(cells map[cellKey]cell, allot []peer, conc []int) string {
 		return "none in this run"
 	}
 	return strings.Join(where, ", ")
+}
+
+// lat writes a latency of p for a table, saying when it is a batch's.
+func (p peer) lat(d time.Duration) string {
+	if p.Batch > 1 && d > 0 {
+		return fmtLat(d) + " per batch"
+	}
+	return fmtLat(d)
+}
+
+// batchMethod explains the batched allot drivers in the method, if any ran.
+func batchMethod(peers []peer) string {
+	var s string
+	for _, p := range peers {
+		switch {
+		case p.Transport == "client":
+			s += fmt.Sprintf(" `%s` makes one decision per call too, through allot's Go client, which merges the calls its goroutines make at the same time into DecideBatch RPCs: latency is each caller's, merging included.", p.Name)
+		case p.Batch > 1:
+			s += fmt.Sprintf(" `%s` makes %d decisions per call (one DecideBatch RPC): its decisions are counted one by one, but its p50 and p99 are those of the whole batch, and its concurrency is batches in flight (%d decisions each).", p.Name, p.Batch, p.Batch)
+		}
+	}
+	return s
+}
+
+// batchRatioNote says what the batched allot drivers' rows compare, if any
+// ran.
+func batchRatioNote(allot []peer) string {
+	var names []string
+	batch := ""
+	for _, a := range allot {
+		if a.Transport == "client" || a.Batch > 1 {
+			names = append(names, "`"+a.Name+"`")
+		}
+		if a.Batch > 1 {
+			batch = a.Name
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	s := fmt.Sprintf(" %s use allot's batched gRPC API (`DecideBatch`, one Redis round trip per batch): against Envoy's ratelimit and redis_rate they compare **different APIs** — Envoy sends one RLS `ShouldRateLimit` per HTTP request and cannot merge them, so these rows say what a Go service calling allot gets, not what Envoy in front of allot would — and against gubernator, whose `GetRateLimits` also takes many requests per call, they compare batched allot with gubernator driven one request per call here.",
+		strings.Join(names, " and "))
+	if batch != "" {
+		s += fmt.Sprintf(" `%s`'s p99 is a whole batch's, so its p99 ratios are left out (—).", batch)
+	}
+	return s
+}
+
+// bestExactGRPC is the allot driver through allot.v1.Limiter (unary,
+// client, raw batch) on the exact limit with the highest median decisions
+// per second, and where.
+func bestExactGRPC(cells map[cellKey]cell, allot []peer, conc []int) (name string, at int, rate float64) {
+	for _, a := range allot {
+		if a.Mode != modeExact || (a.Transport != "grpc" && a.Transport != "client" && a.Transport != "batch") {
+			continue
+		}
+		for _, c := range conc {
+			if x, ok := cells[cellKey{a.Name, c}]; ok && x.Rate > rate {
+				name, at, rate = a.Name, c, x.Rate
+			}
+		}
+	}
+	return name, at, rate
 }

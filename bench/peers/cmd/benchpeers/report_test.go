@@ -109,7 +109,7 @@ func TestAggregateAndRatios(t *testing.T) {
 	writeMarkdown(&md, rep)
 	for _, want := range []string{
 		"| `allot-rls-exact` | 16 | 1.50× † / 0.50× † / 0.70× † |",               // allot ÷ envoy: rate, p99, CPU (76.7 ÷ 110 µs), rounds apart
-		"| `allot-rls-exact` | 16 | 15,000 | 25 % | 38 % |",                      // ÷ 60,000 and ÷ 40,000
+		"| `allot-rls-exact` | 16 | 15,000 | 25 % | 38 % | 25 % |",               // ÷ 60,000, ÷ 40,000 and ÷ 60,000
 		"| `allot-rls-exact` | 16 | 15,000 | 12,000–18,000 | 750 µs | 3.00 ms |", // every peer
 		"**60,000 decisions/s**",
 	} {
@@ -122,6 +122,57 @@ func TestAggregateAndRatios(t *testing.T) {
 	want := "BenchmarkPeers/peer=allot-rls-exact/conc=16\t15000\t66666.7 ns/op\t15000 decisions/s\t1000.0 p50-µs\t4000.0 p99-µs\t"
 	if !strings.Contains(raw.String(), want) {
 		t.Errorf("raw.txt lacks %q; got:\n%s", want, raw.String())
+	}
+}
+
+// TestBatchedPeers adds allot's two batched drivers to fixedRun: the raw
+// batch's latencies are a batch's (units, tables, no p99 ratio), its
+// decisions are counted one by one, and both enter the ratio and
+// physical-limit tables.
+func TestBatchedPeers(t *testing.T) {
+	rep := fixedRun()
+	rep.Cfg.batch = 64
+	rep.HarnessVersion = "0123456789ab (clean)"
+	rep.Machine.Cores = 2
+	rep.Peers = append(rep.Peers,
+		peer{Name: "allot-client-exact", Group: groupAllot, Transport: "client", Mode: modeExact},
+		peer{Name: "allot-batch-exact", Group: groupAllot, Transport: "batch", Mode: modeExact, Batch: 64},
+	)
+	ms := time.Millisecond
+	for round := 1; round <= 3; round++ {
+		rep.Results = append(rep.Results,
+			result{Peer: "allot-client-exact", Conc: 16, Round: round, Decisions: 30_000, Elapsed: time.Second,
+				P50: ms, P99: 2 * ms, ServerCPU: 20, RedisCPU: 10, ClientCPU: 20},
+			result{Peer: "allot-batch-exact", Conc: 16, Round: round, Decisions: 45_000, Elapsed: time.Second,
+				P50: 8 * ms, P99: 20 * ms, ServerCPU: 10, RedisCPU: 6, ClientCPU: 4},
+		)
+	}
+	var md bytes.Buffer
+	writeMarkdown(&md, rep)
+	for _, want := range []string{
+		"| `allot-batch-exact` | 16 | 45,000 | 45,000–45,000 | 8.00 ms per batch | 20.0 ms per batch |", // every peer
+		"| `allot-client-exact` | 16 | 30,000 | 30,000–30,000 | 1.00 ms | 2.00 ms |",
+		"| `allot-batch-exact` | 16 | 4.50× † / — / 0.15× † |",        // ÷ envoy: rate, no p99, CPU 16 ÷ 110 µs
+		"| `allot-client-exact` | 16 | 3.00× † / 0.33× † / 0.27× † |", // 30 ÷ 110 µs
+		"| `allot-batch-exact` | 16 | 45,000 | 75 % | 112 % | 75 % |",
+		"`allot-batch-exact` at concurrency 16, 45,000 decisions/s, **75 % of the pipelined physical limit**",
+		"(20 µs) bounds it at 100,000 decisions/s",
+		"**different APIs**",
+		"0123456789ab (clean)",
+	} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("report.md lacks %q; got:\n%s", want, md.String())
+		}
+	}
+	var raw bytes.Buffer
+	writeRaw(&raw, rep)
+	for _, want := range []string{
+		"BenchmarkPeers/peer=allot-batch-exact/conc=16\t45000\t22222.2 ns/op\t45000 decisions/s\t8000.0 p50-batch-µs\t20000.0 p99-batch-µs\t",
+		"BenchmarkPeers/peer=allot-client-exact/conc=16\t30000\t33333.3 ns/op\t30000 decisions/s\t1000.0 p50-µs\t2000.0 p99-µs\t",
+	} {
+		if !strings.Contains(raw.String(), want) {
+			t.Errorf("raw.txt lacks %q; got:\n%s", want, raw.String())
+		}
 	}
 }
 

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/allot-dev/allot/client"
 )
 
 // Modes of allot's two limits, selected by the "mode" descriptor.
@@ -68,7 +70,8 @@ descriptors:
 var goRedisPool = 10 * runtime.GOMAXPROCS(0)
 
 // setupAllot builds allot, starts etcd, a coordinator and allot regional,
-// applies the policy and registers the six allot peers.
+// applies the policy and registers allot's peers: gRPC Decide, RLS and HTTP
+// on each limit, and the Go client and raw DecideBatch on the exact one.
 func (h *harness) setupAllot(ctx context.Context) error {
 	bin, version, err := h.buildAllot(ctx)
 	if err != nil {
@@ -146,32 +149,83 @@ func (h *harness) setupAllot(ctx context.Context) error {
 				call, what = allotHTTPCall(h.hc, h.allotHTTP, h.cfg.tenants, mode), "allot regional, HTTP POST /v1/decide (JSON)"
 			}
 			if mode == modeExact {
-				what += "; GCRA in Redis Lua, one script call per decision (concurrent calls share pipelines)"
+				what += "; " + exactWhat
 			} else {
 				what += fmt.Sprintf("; lease: %d, one Redis call per %d units, the rest from the pod's memory", allotLease, allotLease)
 			}
-			name := "allot-" + tr + "-" + mode
-			if err := h.check(ctx, name, call); err != nil {
+			p := peer{Name: "allot-" + tr + "-" + mode, Group: groupAllot, What: what, Transport: tr, Mode: mode, pid: regional.cmd.Process.Pid}
+			if err := h.addAllot(ctx, p, single(call)); err != nil {
 				return err
 			}
-			h.calls[name] = call
-			h.peers = append(h.peers, peer{Name: name, Group: groupAllot, What: what, Transport: tr, Mode: mode, pid: regional.cmd.Process.Pid})
+		}
+		if mode == modeExact {
+			if err := h.addAllotBatched(ctx, grpcAddr, pool, regional.cmd.Process.Pid); err != nil {
+				return err
+			}
 		}
 	}
 	h.progress("allot regional on gRPC %s, HTTP %s (%s)", grpcAddr, httpAddr, version)
 	return nil
 }
 
-// check makes one decision through call and wants it allowed.
-func (h *harness) check(ctx context.Context, name string, call callFunc) error {
+// exactWhat describes allot's exact limit in the peers table.
+const exactWhat = "GCRA in Redis Lua, one script call per decision (concurrent calls share pipelines)"
+
+// clientTimeout replaces the Go client's default timeout (20ms) in
+// allot-client-exact: like allot regional's --store-timeout 1s here, a
+// decision waits for its answer on the shared CPUs instead of failing, as
+// every other driver's does.
+const clientTimeout = time.Second
+
+// addAllotBatched registers allot's two batched gRPC drivers, on the exact
+// limit: Decide through allot's Go client, whose default coalescing merges
+// concurrent calls into DecideBatch RPCs, and raw DecideBatch RPCs of
+// --batch decisions each.
+func (h *harness) addAllotBatched(ctx context.Context, grpcAddr string, pool grpcPool, pid int) error {
+	cc := client.DefaultConfig()
+	cc.Target, cc.Insecure, cc.Timeout = grpcAddr, true, clientTimeout
+	c, err := client.New(cc)
+	if err != nil {
+		return fmt.Errorf("allot client: %w", err)
+	}
+	h.closers = append(h.closers, c)
+	coalesce := "coalescing off"
+	if cc.Coalesce {
+		coalesce = fmt.Sprintf("coalescing on: concurrent calls merged into independent DecideBatch RPCs of up to %d decisions, at most 4 in flight; a call that finds an RPC slot free goes at once, alone, as a unary Decide", cc.MaxBatch)
+	}
+	cp := peer{Name: "allot-client-exact", Group: groupAllot, Transport: "client", Mode: modeExact, pid: pid,
+		What: fmt.Sprintf("allot regional, Decide through allot's Go client (package client, compiled into the harness: revision below) with client.DefaultConfig() (%s), except Timeout %v instead of %v; one Client, one gRPC connection, shared by the case's goroutines; %s",
+			coalesce, clientTimeout, client.DefaultTimeout, exactWhat)}
+	if err := h.addAllot(ctx, cp, single(allotClientCall(c, h.cfg.tenants, modeExact))); err != nil {
+		return err
+	}
+	n := h.cfg.batch
+	bp := peer{Name: "allot-batch-exact", Group: groupAllot, Transport: "batch", Mode: modeExact, Batch: n, pid: pid,
+		What: fmt.Sprintf("allot regional, raw gRPC allot.v1.Limiter/DecideBatch of %d decisions (independent: true; %d consecutive tenants); concurrency = goroutines each with one batch in flight (%d decisions at concurrency 1); decisions counted one by one, **p50 and p99 per batch of %d**; GCRA in Redis Lua, one script call per decision",
+			n, n, n, n)}
+	return h.addAllot(ctx, bp, driver{per: n, call: allotBatchCall(pool, h.cfg.tenants, n, modeExact)})
+}
+
+// addAllot checks one of allot's drivers and registers it.
+func (h *harness) addAllot(ctx context.Context, p peer, d driver) error {
+	if err := h.check(ctx, p.Name, d); err != nil {
+		return err
+	}
+	h.calls[p.Name] = d
+	h.peers = append(h.peers, p)
+	return nil
+}
+
+// check makes one call through d and wants every decision allowed.
+func (h *harness) check(ctx context.Context, name string, d driver) error {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	ok, err := call(cctx, 0, 0)
+	decided, denied, err := d.call(cctx, 0, 0)
 	if err != nil {
-		return fmt.Errorf("%s: first decision: %w", name, err)
+		return fmt.Errorf("%s: first call: %w", name, err)
 	}
-	if !ok {
-		return fmt.Errorf("%s: first decision denied", name)
+	if decided != d.per || denied > 0 {
+		return fmt.Errorf("%s: first call: %d of %d decided, %d denied; want all allowed", name, decided, d.per, denied)
 	}
 	return nil
 }
@@ -337,7 +391,7 @@ func (h *harness) setupEnvoy(ctx context.Context) error {
 	if err := h.checkRLSLimit(ctx, "envoy-ratelimit", pool); err != nil {
 		return err
 	}
-	h.calls["envoy-ratelimit"] = call
+	h.calls["envoy-ratelimit"] = single(call)
 	h.peers = append(h.peers, peer{Name: "envoy-ratelimit", Group: groupEnvoy, Transport: "rls", pid: p.cmd.Process.Pid,
 		What: fmt.Sprintf("envoyproxy/ratelimit %s, Envoy RLS ShouldRateLimit; fixed-window counter in Redis (INCRBY + EXPIRE, pipelined per request); REDIS_POOL_SIZE=%d, other settings default", version, goRedisPool)})
 	h.progress("envoy ratelimit on gRPC %s (%s)", grpcAddr, version)
@@ -441,7 +495,7 @@ func (h *harness) setupRedisRate(ctx context.Context) error {
 		}
 		return err
 	}
-	h.calls["redis_rate"] = rlsCall(pool, h.cfg.tenants, modeExact)
+	h.calls["redis_rate"] = single(rlsCall(pool, h.cfg.tenants, modeExact))
 	h.peers = append(h.peers, peer{Name: "redis_rate", Group: groupRedisRate, Transport: "rls", pid: p.cmd.Process.Pid,
 		What: fmt.Sprintf("go-redis/redis_rate/v10 %s (AllowN) behind a minimal RLS server (bench/peers); GCRA in Redis Lua, one script call per decision; go-redis default pool (%d)", depVersion("github.com/go-redis/redis_rate/v10"), goRedisPool)})
 	h.progress("redis_rate RLS server on %s", addr)
@@ -475,7 +529,7 @@ func (h *harness) setupGubernator(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	h.calls["gubernator"] = call
+	h.calls["gubernator"] = single(call)
 	h.peers = append(h.peers, peer{Name: "gubernator", Group: groupGubernator, Transport: "grpc", pid: p.cmd.Process.Pid,
 		What: fmt.Sprintf("gubernator %s single node, its own gRPC V1/GetRateLimits; token bucket in the server's memory (no Redis)", depVersion("github.com/gubernator-io/gubernator/v2"))})
 	h.progress("gubernator on gRPC %s", addrs[0])
