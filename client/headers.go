@@ -25,23 +25,33 @@ const maxSFInteger = 999_999_999_999_999
 // cannot be a Structured Field String (non-ASCII). It never sets
 // Retry-After; the middleware does, on 429.
 //
-// The syntax is the same as regional.SetRateLimitHeaders (a test compares
-// the two).
+// The regional pod's HTTP answers set the same fields through this
+// function, and its RLS answers through RateLimitFields.
 func SetRateLimitHeaders(h http.Header, d Decision) {
+	if pol, rl, ok := RateLimitFields(d); ok {
+		h.Set("RateLimit-Policy", pol)
+		h.Set("RateLimit", rl)
+	}
+}
+
+// RateLimitFields returns the values SetRateLimitHeaders sets, for callers
+// that write headers other than into an http.Header (an Envoy RLS answer):
+// the RateLimit-Policy and RateLimit fields, and ok false when it would set
+// nothing.
+func RateLimitFields(d Decision) (policy, ratelimit string, ok bool) {
 	if d.Limit == "" || d.Quota <= 0 {
-		return
+		return "", "", false
 	}
 	name, ok := sfString(d.Limit)
 	if !ok {
-		return
+		return "", "", false
 	}
 	t := d.ResetAfter
 	if !d.Allowed {
 		t = d.RetryAfter
 	}
 	w := max(1, int64(d.Window/time.Second))
-	h.Set("RateLimit-Policy", name+";q="+sfInt(d.Quota)+";w="+sfInt(w))
-	h.Set("RateLimit", name+";r="+sfInt(d.Remaining)+";t="+sfInt(ceilSeconds(t)))
+	return name + ";q=" + sfInt(d.Quota) + ";w=" + sfInt(w), name + ";r=" + sfInt(d.Remaining) + ";t=" + sfInt(ceilSeconds(t)), true
 }
 
 // sfInt formats a non-negative Structured Field Integer, clamped to its

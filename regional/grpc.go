@@ -3,7 +3,6 @@ package regional
 import (
 	"context"
 	"errors"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/allot-dev/allot/client"
 	allotv1 "github.com/allot-dev/allot/proto/allot/v1"
 )
 
@@ -188,18 +188,29 @@ func (a rlsAPI) ShouldRateLimit(ctx context.Context, r *rlsv3.RateLimitRequest) 
 		resp.Statuses = append(resp.Statuses, st)
 	}
 	if worst != nil {
-		h := http.Header{}
-		setRateLimitHeaders(h, *worst)
-		if !worst.Allowed {
-			h.Set("Retry-After", strconv.FormatInt(max(1, ceilSeconds(worst.RetryAfter)), 10))
-		}
-		for _, k := range []string{"RateLimit-Policy", "RateLimit", "Retry-After"} {
-			if v := h.Get(k); v != "" {
-				resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, header(k, v))
-			}
-		}
+		resp.ResponseHeadersToAdd = rlsHeaders(worst)
 	}
 	return resp, nil
+}
+
+// rlsHeaders are the headers an RLS answer adds for its worst decision d:
+// the RateLimit fields and, when denied, Retry-After (whole seconds, at
+// least 1), built directly rather than through an http.Header (whose
+// canonical keys cost an allocation at each Set and Get). nil when there
+// are none.
+func rlsHeaders(d *Decision) []*corev3.HeaderValue {
+	var hs []*corev3.HeaderValue
+	if pol, rl, ok := client.RateLimitFields(client.Decision{
+		Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter,
+		Limit: d.Limit, Quota: d.Quota, Window: d.Window,
+	}); ok {
+		hs = make([]*corev3.HeaderValue, 0, 3)
+		hs = append(hs, header("RateLimit-Policy", pol), header("RateLimit", rl))
+	}
+	if !d.Allowed {
+		hs = append(hs, header("Retry-After", strconv.FormatInt(max(1, ceilSeconds(d.RetryAfter)), 10)))
+	}
+	return hs
 }
 
 func header(k, v string) *corev3.HeaderValue { return &corev3.HeaderValue{Key: k, Value: v} }
