@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -132,35 +133,55 @@ type rlsAPI struct {
 	s *Service
 }
 
+// ShouldRateLimit decides one descriptor with Service.Decide, and several
+// with Service.DecideMany: one store round trip for all of them, in order,
+// each answered by its own status as if decided one by one. Every
+// descriptor is checked first, so a malformed one fails the call and
+// charges none; one the policy refuses (a cost above a limit's burst)
+// fails the call after the others were decided, as one by one would have
+// decided those before it.
 func (a rlsAPI) ShouldRateLimit(ctx context.Context, r *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	if len(r.GetDescriptors()) == 0 {
+	descs := r.GetDescriptors()
+	if len(descs) == 0 {
 		return nil, GRPCError(badRequest("descriptors: missing"))
 	}
-	if len(r.GetDescriptors()) > maxBatch {
-		return nil, GRPCError(badRequest("descriptors: %d, at most %d", len(r.GetDescriptors()), maxBatch))
+	if len(descs) > maxBatch {
+		return nil, GRPCError(badRequest("descriptors: %d, at most %d", len(descs), maxBatch))
 	}
 	cost := int64(r.GetHitsAddend())
 	if cost == 0 {
 		cost = 1
 	}
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
-	var worst *Decision
-	for i, desc := range r.GetDescriptors() {
-		d := make(map[string]string, len(desc.GetEntries()))
-		for _, e := range desc.GetEntries() {
-			d[e.GetKey()] = e.GetValue()
-		}
-		c := cost
-		if hc := desc.GetHitsAddend(); hc != nil && hc.GetValue() > 0 {
-			c = int64(hc.GetValue())
-		}
-		dec, err := a.s.Decide(ctx, d, c)
-		if err != nil {
-			if errors.Is(err, ErrBadRequest) {
-				err = badRequest("descriptors[%d]: %s", i, strings.TrimPrefix(err.Error(), ErrBadRequest.Error()+": "))
+	var one [1]Result
+	results := one[:]
+	if len(descs) == 1 {
+		d := make(map[string]string, len(descs[0].GetEntries())) // on the stack: Decide keeps no reference
+		c := rlsRequest(d, descs[0], cost)
+		one[0].Decision, one[0].Err = a.s.Decide(ctx, d, c)
+	} else {
+		reqs := make([]Request, len(descs))
+		for i, desc := range descs {
+			d := make(map[string]string, len(desc.GetEntries()))
+			c := rlsRequest(d, desc, cost)
+			if err := checkRequest(d, c); err != nil {
+				return nil, rlsError(i, err)
 			}
-			return nil, GRPCError(err)
+			reqs[i] = Request{Descriptors: d, Cost: c}
 		}
+		results = a.s.DecideMany(ctx, reqs)
+	}
+	for i := range results {
+		if err := results[i].Err; err != nil {
+			return nil, rlsError(i, err)
+		}
+	}
+	resp := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(results)),
+	}
+	worst := -1 // the denial with the longest retry-after, else the first
+	for i := range results {
+		dec := &results[i].Decision
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{
 			Code:           rlsv3.RateLimitResponse_OK,
 			LimitRemaining: uint32(min(max(dec.Remaining, 0), 1<<31)),
@@ -174,23 +195,40 @@ func (a rlsAPI) ShouldRateLimit(ctx context.Context, r *rlsv3.RateLimitRequest) 
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			st.DurationUntilReset = durationpb.New(dec.RetryAfter)
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-			if worst == nil || worst.Allowed || dec.RetryAfter > worst.RetryAfter {
-				dd := dec
-				worst = &dd
+			if worst < 0 || results[worst].Decision.Allowed || dec.RetryAfter > results[worst].Decision.RetryAfter {
+				worst = i
 			}
 		} else {
 			st.DurationUntilReset = durationpb.New(dec.ResetAfter)
-			if worst == nil {
-				dd := dec
-				worst = &dd
+			if worst < 0 {
+				worst = i
 			}
 		}
-		resp.Statuses = append(resp.Statuses, st)
+		resp.Statuses[i] = st
 	}
-	if worst != nil {
-		resp.ResponseHeadersToAdd = rlsHeaders(worst)
-	}
+	resp.ResponseHeadersToAdd = rlsHeaders(&results[worst].Decision)
 	return resp, nil
+}
+
+// rlsRequest reads an RLS descriptor as an allot request: its entries into
+// d, and the cost it returns, its own hits_addend when set, else cost.
+func rlsRequest(d map[string]string, desc *ratelimitv3.RateLimitDescriptor, cost int64) int64 {
+	for _, e := range desc.GetEntries() {
+		d[e.GetKey()] = e.GetValue()
+	}
+	if hc := desc.GetHitsAddend(); hc != nil && hc.GetValue() > 0 {
+		cost = int64(hc.GetValue())
+	}
+	return cost
+}
+
+// rlsError is the gRPC status of descriptor i's error, naming the
+// descriptor in a bad request's message.
+func rlsError(i int, err error) error {
+	if errors.Is(err, ErrBadRequest) {
+		err = badRequest("descriptors[%d]: %s", i, strings.TrimPrefix(err.Error(), ErrBadRequest.Error()+": "))
+	}
+	return GRPCError(err)
 }
 
 // rlsHeaders are the headers an RLS answer adds for its worst decision d:

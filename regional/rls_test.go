@@ -161,7 +161,8 @@ func TestRLSMatchesOneByOne(t *testing.T) {
 
 // Several descriptors, one over its limit: the statuses answer each in
 // order, the overall code is OVER_LIMIT, and the headers are the denied
-// descriptor's, Retry-After included.
+// descriptor's, Retry-After included. A malformed descriptor among several
+// fails the request, named by index, and charges none of them.
 func TestRLSSeveralDescriptors(t *testing.T) {
 	p, _ := memPod(t)
 	rls := rlsv3.NewRateLimitServiceClient(p.conn)
@@ -201,4 +202,13 @@ func TestRLSSeveralDescriptors(t *testing.T) {
 		t.Errorf("headers %v; want the denied descriptor's RateLimit fields and Retry-After: 1", headers)
 	}
 
+	_, err = rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		rlsDesc(0, "tenant", "t3"), rlsDesc(0, "user", "u1"), rlsDesc(0, "tenant", "t3"),
+	}})
+	if st := status.Convert(err); st.Code() != 3 || !strings.Contains(st.Message(), "descriptors[1]: descriptors.tenant: missing") {
+		t.Fatalf("malformed second descriptor: %v; want InvalidArgument naming descriptors[1].tenant", err)
+	}
+	if d, err := p.s.Decide(ctx, map[string]string{"tenant": "t3"}, 1); err != nil || d.Remaining != 2 {
+		t.Fatalf("after the refused request, Decide(t3) = %+v, %v; want 2 remaining of 3: nothing charged", d, err)
+	}
 }
