@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,6 +21,9 @@ type countingStore struct {
 	*memstore.Store
 	decides, manys, manyElems atomic.Int64
 	down                      atomic.Bool
+	// stall, when set, makes a Decide whose first key contains it wait
+	// for its context to end: a Redis that stopped answering.
+	stall atomic.Pointer[string]
 }
 
 var errDown = errors.New("store down (test)")
@@ -28,6 +32,10 @@ func (c *countingStore) Decide(ctx context.Context, reqs []gcra.Request) (gcra.D
 	c.decides.Add(1)
 	if c.down.Load() {
 		return gcra.Decision{}, errDown
+	}
+	if st := c.stall.Load(); st != nil && len(reqs) > 0 && strings.Contains(reqs[0].Key, *st) {
+		<-ctx.Done()
+		return gcra.Decision{}, ctx.Err()
 	}
 	return c.Store.Decide(ctx, reqs)
 }
@@ -47,6 +55,11 @@ func (c *countingStore) DecideMany(ctx context.Context, batch [][]gcra.Request) 
 
 func countingPod(t *testing.T) (*pod, *fakeClock, *countingStore) {
 	t.Helper()
+	return countingPodWith(t, func(c *Config) { c.StoreTimeout = 5 * time.Second })
+}
+
+func countingPodWith(t *testing.T, adjust func(*Config)) (*pod, *fakeClock, *countingStore) {
+	t.Helper()
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
 	mcfg := memstore.DefaultConfig()
 	mcfg.Clock = clock.Now
@@ -55,7 +68,7 @@ func countingPod(t *testing.T) (*pod, *fakeClock, *countingStore) {
 		t.Fatal(err)
 	}
 	cs := &countingStore{Store: ms}
-	return startPod(t, cs, func(c *Config) { c.StoreTimeout = 5 * time.Second }), clock, cs
+	return startPod(t, cs, adjust), clock, cs
 }
 
 // randomRequests draws a mix the test policy treats every way: budget

@@ -310,12 +310,15 @@ func (s *Service) decideLeased(ctx context.Context, p *plan, dec Decision, lc *l
 			if !fd.Allowed {
 				return fd, flc
 			}
+			// Admitted by this limit's on_failure: the answer says it was
+			// decided partly without the store.
+			dec.Fallback = true
 			continue
 		}
 		if !d.Allowed || dec.Limit == "" || d.Remaining < dec.Remaining {
-			shadow := dec.Shadow
+			shadow, fallback := dec.Shadow, dec.Fallback
 			dec, lc = fromStore(d, it)
-			dec.Shadow = shadow
+			dec.Shadow, dec.Fallback = shadow, fallback
 			if !d.Allowed {
 				return dec, lc
 			}
@@ -413,6 +416,26 @@ func (s *Service) callStore(ctx context.Context, its *items) (gcra.Decision, str
 		return gcra.Decision{}, reason
 	}
 	return c.d, ""
+}
+
+// guardedStore is the region's store behind the pod's protections (the
+// breaker, the store timeout, the store metrics): the store the lease
+// limiter takes its leases from.
+type guardedStore struct{ s *Service }
+
+func (g guardedStore) Decide(ctx context.Context, reqs []gcra.Request) (gcra.Decision, error) {
+	s := g.s
+	start := time.Now()
+	cctx, cancel := context.WithDeadline(ctx, start.Add(s.cfg.StoreTimeout))
+	defer cancel()
+	var d gcra.Decision
+	_, err := s.breaker.Execute(func() ([]gcra.Answer, error) {
+		var err error
+		d, err = s.cfg.Store.Decide(cctx, reqs)
+		return nil, err
+	})
+	s.observeStore(start, err)
+	return d, err
 }
 
 // callStoreMany makes one round trip through the breaker and the timeout:

@@ -70,3 +70,37 @@ func TestLeasedLimit(t *testing.T) {
 		t.Fatalf("tenant only: Decide = %+v, %v; want allowed by tenant", d, err)
 	}
 }
+
+// A lease is taken from the store under the pod's protections: when the
+// store stops answering, a leased decision gives up after the store
+// timeout and is decided by the limit's on_failure (fail-open: the local
+// fallback admits), counted as a store error, instead of waiting for the
+// caller's deadline.
+func TestLeaseUnderStoreTimeout(t *testing.T) {
+	p, _, cs := countingPodWith(t, func(c *Config) { c.StoreTimeout = 50 * time.Millisecond })
+	if _, err := p.st.ApplyPolicy(context.Background(), []byte(leasedTestPolicy), 0, "test"); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, 10*time.Second, func() error {
+		if te := p.s.view.tenant("t1"); te == nil || len(te.resolved.Limits) != 2 {
+			return errors.New("leased policy not loaded")
+		}
+		return nil
+	})
+	stall := "machine"
+	cs.stall.Store(&stall)
+	// The caller's own deadline is far: only the store timeout ends the wait.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	d, err := p.s.Decide(ctx, map[string]string{"tenant": "t1", "machine": "m1"}, 1)
+	if el := time.Since(start); el > 2*time.Second {
+		t.Fatalf("a leased decision against a stalled store took %v; the store timeout is 50ms", el)
+	}
+	if err != nil || !d.Allowed || !d.Fallback {
+		t.Fatalf("leased decision with the store stalled = %+v, %v; want a fail-open fallback admission", d, err)
+	}
+	if got := testutil.ToFloat64(p.s.m.storeErrors.WithLabelValues("timeout")); got < 1 {
+		t.Errorf("allot store errors{reason=timeout} = %v, want the lease's timeout counted", got)
+	}
+}

@@ -78,10 +78,6 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	leases, err := lease.New(cfg.Store, lease.DefaultConfig())
-	if err != nil {
-		return nil, fmt.Errorf("regional: leases: %w", err)
-	}
 	st := state.New(cfg.Etcd, cfg.Prefix)
 	s := &Service{
 		cfg:        cfg,
@@ -90,7 +86,6 @@ func New(cfg Config) (*Service, error) {
 		view:       newView(cfg.Region, st, cfg.Drift),
 		counts:     newCounters(cfg.MaxTenants),
 		local:      local,
-		leases:     leases,
 		failLogged: map[string]time.Time{},
 	}
 	s.breaker = gobreaker.NewCircuitBreaker[[]gcra.Answer](gobreaker.Settings{
@@ -103,6 +98,11 @@ func New(cfg Config) (*Service, error) {
 			s.log.Warn("store circuit breaker", "from", from.String(), "to", to.String())
 		},
 	})
+	// Leases reach the store as every other decision does: through the
+	// breaker, under the store timeout, observed in the store metrics.
+	if s.leases, err = lease.New(guardedStore{s}, lease.DefaultConfig()); err != nil {
+		return nil, fmt.Errorf("regional: leases: %w", err)
+	}
 	if s.m, err = newMetrics(cfg.Registerer, cfg.Region, s); err != nil {
 		return nil, err
 	}

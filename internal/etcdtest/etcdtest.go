@@ -4,9 +4,11 @@ package etcdtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +28,20 @@ type Server struct {
 // when the test ends. It fails the test if etcd does not become ready in 30 s.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	// The ports are found free, then bound by etcd: another test process
+	// may take one in between. Try again on fresh ports when that happens.
+	for attempt := 1; ; attempt++ {
+		s, err := start(t)
+		if err == nil {
+			return s
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) || attempt == 5 {
+			t.Fatalf("etcdtest: %v", err)
+		}
+	}
+}
+
+func start(t testing.TB) (*Server, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = "test"
 	cfg.Dir = t.TempDir()
@@ -42,18 +58,18 @@ func Start(t testing.TB) *Server {
 	cfg.ElectionMs = 100
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
-		t.Fatalf("etcdtest: start embedded etcd: %v", err)
+		return nil, fmt.Errorf("start embedded etcd: %w", err)
 	}
 	t.Cleanup(e.Close)
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
-		t.Fatalf("etcdtest: embedded etcd failed: %v", err)
+		return nil, fmt.Errorf("embedded etcd failed: %w", err)
 	case <-time.After(30 * time.Second):
 		e.Server.Stop()
-		t.Fatal("etcdtest: embedded etcd not ready within 30s")
+		return nil, errors.New("embedded etcd not ready within 30s")
 	}
-	return &Server{Endpoint: client.String(), etcd: e}
+	return &Server{Endpoint: client.String(), etcd: e}, nil
 }
 
 // Client returns a new client of s, closed when the test ends.
