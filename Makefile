@@ -32,7 +32,7 @@ bench: ## run the Go benchmarks (BENCHCOUNT runs each; compare with benchstat)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) $(PKGS) | tee bench.txt
 
 .PHONY: bench-peers
-bench-peers: ## allot end to end vs redis-benchmark, Envoy ratelimit, redis_rate, gubernator in one run (~10 min; ARGS=--quick ~2 min); writes bench/results/peers/
+bench-peers: ## allot end to end vs redis-benchmark, Envoy ratelimit, redis_rate, gubernator in one run (~10 min; ARGS=--quick ~1.5 min); writes bench/results/peers/
 	cd bench/peers && GOFLAGS=-mod=mod $(GO) run ./cmd/benchpeers $(ARGS)
 
 .PHONY: fuzz
