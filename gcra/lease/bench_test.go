@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -96,7 +97,12 @@ func BenchmarkServed(b *testing.B) {
 					ctx, cancel := context.WithCancel(context.Background())
 					done := make(chan error)
 					go func() { done <- p.Run(ctx) }()
-					b.Cleanup(func() { cancel(); <-done })
+					b.Cleanup(func() {
+						cancel()
+						if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+							b.Error(err)
+						}
+					})
 				}
 				for _, k := range keys {
 					if _, err := p.Decide(context.Background(), []gcra.Request{{Key: k, Limit: l, Cost: 1}}); err != nil {

@@ -50,11 +50,11 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	switch {
 	case c.MaxBatch < 1:
-		return fmt.Errorf("MaxBatch: %d: must be at least 1", c.MaxBatch)
+		return fmt.Errorf("coalesce config: MaxBatch: %d: must be at least 1", c.MaxBatch)
 	case c.Flushers < 1:
-		return fmt.Errorf("Flushers: %d: must be at least 1", c.Flushers)
+		return fmt.Errorf("coalesce config: Flushers: %d: must be at least 1", c.Flushers)
 	case c.Timeout <= 0:
-		return fmt.Errorf("Timeout: %v: must be positive", c.Timeout)
+		return fmt.Errorf("coalesce config: Timeout: %v: must be positive", c.Timeout)
 	}
 	return nil
 }
@@ -81,7 +81,7 @@ func New[Q, A any](send SendFunc[Q, A], cfg Config) (*Coalescer[Q, A], error) {
 		return nil, errors.New("coalesce: SendFunc is nil")
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("coalesce config: %w", err)
+		return nil, err
 	}
 	return &Coalescer[Q, A]{send: send, cfg: cfg}, nil
 }
