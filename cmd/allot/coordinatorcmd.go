@@ -36,6 +36,7 @@ type coordinatorOpts struct {
 	insecureAdmin  bool
 	logLevel       string
 	serverTLS      tlsconfig.Server
+	ops            opsConfig
 	etcdTLS        tlsconfig.Client
 }
 
@@ -52,7 +53,9 @@ leadership. The others wait, and answer pods with the leader's address.
 
 It serves allot.v1.Coordinator and allot.v1.Admin over gRPC, and the admin
 API, a status page (/), /metrics, /healthz and /readyz over HTTP. Writes need
-the token in --admin-token-file unless --insecure-admin.`,
+the token in --admin-token-file unless --insecure-admin. With --ops-listen,
+/metrics, /healthz and /readyz are also served in plaintext there, for probes
+and scrapers under mutual TLS (and /debug/pprof/ with --pprof).`,
 		Example: `  allot coordinator --etcd http://127.0.0.1:2379 \
     --grpc-listen :7071 --http-listen :7070 --admin-token-file /etc/allot/token
   ALLOT_ETCD=http://etcd-0:2379,http://etcd-1:2379 allot coordinator --insecure-admin \
@@ -75,6 +78,7 @@ the token in --admin-token-file unless --insecure-admin.`,
 	f.BoolVar(&o.insecureAdmin, "insecure-admin", false, "accept admin writes without a token")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	serverTLSFlags(f, &o.serverTLS)
+	opsFlags(f, &o.ops)
 	clientTLSFlags(f, &o.etcdTLS, "etcd-tls", "etcd")
 	return c
 }
@@ -131,6 +135,9 @@ func runCoordinator(ctx context.Context, s *streams, o coordinatorOpts) error {
 	if err != nil {
 		return err
 	}
+	if err := o.ops.validate(); err != nil {
+		return err
+	}
 	auth := coordinator.Auth{Insecure: o.insecureAdmin}
 	if o.adminTokenFile != "" {
 		b, err := os.ReadFile(o.adminTokenFile)
@@ -164,7 +171,7 @@ func runCoordinator(ctx context.Context, s *streams, o coordinatorOpts) error {
 		return usageError{err}
 	}
 
-	srv, err := listenServers(o.grpcListen, o.httpListen, o.serverTLS)
+	srv, err := listenServers(o.grpcListen, o.httpListen, o.serverTLS, o.ops)
 	if err != nil {
 		return err
 	}

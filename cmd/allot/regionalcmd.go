@@ -47,6 +47,7 @@ type regionalOpts struct {
 	gossipProbe       time.Duration
 	gossipRejoin      time.Duration
 	serverTLS         tlsconfig.Server
+	ops               opsConfig
 	redisTLS          tlsconfig.Client
 	etcdTLS           tlsconfig.Client
 	coordTLS          tlsconfig.Client
@@ -66,7 +67,10 @@ limit fails open (local fallback) or closed, as the policy says.
 
 gRPC: allot.v1.Limiter, envoy.service.ratelimit.v3.RateLimitService, health,
 reflection. HTTP: POST /v1/decide, GET /v1/forward-auth, /metrics, /healthz,
-/readyz (ready once the policy is loaded and the grants synced).`,
+/readyz (ready once the policy is loaded and the grants synced). With
+--ops-listen, /metrics, /healthz and /readyz are also served in plaintext
+there, for probes and scrapers under mutual TLS (and /debug/pprof/ with
+--pprof).`,
 		Example: `  allot regional --region us-east --redis 127.0.0.1:6379 --etcd http://127.0.0.1:2379 \
     --grpc-listen :8081 --http-listen :8080
   allot regional --region eu-west --redis redis-0:6379,redis-1:6379,redis-2:6379 --redis-cluster \
@@ -101,6 +105,7 @@ reflection. HTTP: POST /v1/decide, GET /v1/forward-auth, /metrics, /healthz,
 	f.DurationVar(&o.gossipProbe, "gossip-probe-interval", mdef.ProbeInterval, "pause between probes of random pods (a dead pod is noticed after a few)")
 	f.DurationVar(&o.gossipRejoin, "gossip-rejoin-interval", mdef.RejoinInterval, "how often to join the seeds again, healing splits (0: never)")
 	serverTLSFlags(f, &o.serverTLS)
+	opsFlags(f, &o.ops)
 	clientTLSFlags(f, &o.redisTLS, "redis-tls", "Redis")
 	clientTLSFlags(f, &o.etcdTLS, "etcd-tls", "etcd")
 	clientTLSFlags(f, &o.coordTLS, "coordinator-tls", "the coordinator")
@@ -114,6 +119,9 @@ func runRegional(ctx context.Context, s *streams, o regionalOpts) error {
 	}
 	if o.region == "" {
 		return usagef("--region is required, e.g. --region us-east")
+	}
+	if err := o.ops.validate(); err != nil {
+		return err
 	}
 	addrs := splitList(o.redis)
 	if len(addrs) == 0 {
@@ -203,7 +211,7 @@ func runRegional(ctx context.Context, s *streams, o regionalOpts) error {
 	if err != nil {
 		return usageError{err}
 	}
-	srv, err := listenServers(o.grpcListen, o.httpListen, o.serverTLS)
+	srv, err := listenServers(o.grpcListen, o.httpListen, o.serverTLS, o.ops)
 	if err != nil {
 		return err
 	}

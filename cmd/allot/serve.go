@@ -26,11 +26,13 @@ type servers struct {
 	health  *health.Server
 	gl, hl  net.Listener
 	httpTLS *tls.Config
+	ol      net.Listener // the plaintext ops listener, or nil
+	pprof   bool
 }
 
-// listenServers opens both listeners (naming the flag of one that is taken)
+// listenServers opens the listeners (naming the flag of one that is taken)
 // and builds the gRPC server with tlsSrv's credentials.
-func listenServers(grpcListen, httpListen string, tlsSrv tlsconfig.Server) (*servers, error) {
+func listenServers(grpcListen, httpListen string, tlsSrv tlsconfig.Server, ops opsConfig) (*servers, error) {
 	grpcOpts, httpTLS, err := serverOptions(tlsSrv)
 	if err != nil {
 		return nil, err
@@ -44,11 +46,19 @@ func listenServers(grpcListen, httpListen string, tlsSrv tlsconfig.Server) (*ser
 		_ = gl.Close()
 		return nil, err
 	}
+	var ol net.Listener
+	if ops.listen != "" {
+		if ol, err = listen("ops-listen", ops.listen); err != nil {
+			_ = gl.Close()
+			_ = hl.Close()
+			return nil, err
+		}
+	}
 	gs := grpc.NewServer(append(grpcOpts, keepalivePolicy)...)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
-	return &servers{GRPC: gs, health: hs, gl: gl, hl: hl, httpTLS: httpTLS}, nil
+	return &servers{GRPC: gs, health: hs, gl: gl, hl: hl, httpTLS: httpTLS, ol: ol, pprof: ops.pprof}, nil
 }
 
 // Addrs returns the listeners' addresses.
@@ -69,6 +79,10 @@ func (s *servers) run(ctx context.Context, handler http.Handler, ready func() bo
 	}
 	g.Go(func() error { return ignoreClosed(s.GRPC.Serve(s.gl)) })
 	g.Go(func() error { return ignoreClosed(serveHTTP(httpSrv, s.hl, s.httpTLS)) })
+	opsSrv := &http.Server{Handler: opsHandler(handler, s.pprof), ReadHeaderTimeout: 10 * time.Second}
+	if s.ol != nil {
+		g.Go(func() error { return ignoreClosed(opsSrv.Serve(s.ol)) })
+	}
 	g.Go(func() error {
 		t := time.NewTicker(500 * time.Millisecond)
 		defer t.Stop()
@@ -91,6 +105,9 @@ func (s *servers) run(ctx context.Context, handler http.Handler, ready func() bo
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = httpSrv.Shutdown(sctx)
+		if s.ol != nil {
+			_ = opsSrv.Shutdown(sctx)
+		}
 		stopGRPC(s.GRPC, 5*time.Second)
 		return nil
 	})

@@ -154,30 +154,19 @@ podAntiAffinity:
 {{/* Probes for a component's tls block: /healthz liveness and /readyz
 readiness over HTTP(S); with client certificates required the kubelet cannot
 pass the handshake, so both fall back to a TCP check of the port. */}}
+{{/* Probes on the plaintext ops listener (--ops-listen): real health and
+readiness whether or not the API listeners require client certificates. */}}
 {{- define "allot.probes" -}}
-{{- if and .enabled .requireClientCert -}}
 livenessProbe:
-  tcpSocket: {port: http}
+  httpGet: {path: /healthz, port: ops, scheme: HTTP}
   periodSeconds: 10
   timeoutSeconds: 2
   failureThreshold: 3
 readinessProbe:
-  tcpSocket: {port: http}
-  periodSeconds: 5
-  timeoutSeconds: 2
-  failureThreshold: 3
-{{- else -}}
-livenessProbe:
-  httpGet: {path: /healthz, port: http, scheme: {{ if .enabled }}HTTPS{{ else }}HTTP{{ end }}}
-  periodSeconds: 10
-  timeoutSeconds: 2
-  failureThreshold: 3
-readinessProbe:
-  httpGet: {path: /readyz, port: http, scheme: {{ if .enabled }}HTTPS{{ else }}HTTP{{ end }}}
+  httpGet: {path: /readyz, port: ops, scheme: HTTP}
   periodSeconds: 5
   timeoutSeconds: 3
   failureThreshold: 3
-{{- end -}}
 {{- end -}}
 
 {{- define "allot.admin.secretKey" -}}
