@@ -73,6 +73,8 @@ type Coordinator struct {
 	lastDur    time.Duration
 	lastWrites int
 	hist       *history // the status page's chart
+
+	budgetCache *budgetCache // the budget records, mirrored from etcd by Run
 }
 
 // podState is the leader's view of one pod.
@@ -126,16 +128,18 @@ func New(cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
+	store := state.New(cfg.Etcd, cfg.Prefix)
 	return &Coordinator{
 		ticks: func(d time.Duration) (<-chan time.Time, func()) {
 			t := time.NewTicker(d)
 			return t.C, t.Stop
 		},
-		cfg:   cfg,
-		store: state.New(cfg.Etcd, cfg.Prefix),
-		log:   cfg.Logger.With("component", "coordinator", "id", cfg.ID),
-		hist:  newHistory(),
-		m:     m,
+		cfg:         cfg,
+		store:       store,
+		log:         cfg.Logger.With("component", "coordinator", "id", cfg.ID),
+		hist:        newHistory(),
+		m:           m,
+		budgetCache: newBudgetCache(store),
 	}, nil
 }
 
@@ -163,6 +167,17 @@ func (c *Coordinator) Leader() LeaderInfo {
 // return it has resigned (when it led) and stopped every goroutine it
 // started.
 func (c *Coordinator) Run(ctx context.Context) error {
+	// Mirror the budget records for the whole run, leading or not, so a new
+	// leader's first rebalance already has them.
+	mctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() {
+		_ = state.Mirror(mctx, c.cfg.Etcd, c.store.BudgetsPrefix(), c.budgetCache, time.Second, func(err error) {
+			c.log.Warn("budget mirror: resyncing", "err", err)
+		})
+	})
 	for {
 		err := c.campaign(ctx)
 		if ctx.Err() != nil {
@@ -322,9 +337,12 @@ func (c *Coordinator) rebalance(ctx context.Context, t *term) error {
 	if t.alloc == nil {
 		return nil
 	}
-	records, _, err := c.store.Budgets(ctx)
-	if err != nil {
-		return err
+	records, ok := c.budgetCache.snapshot()
+	if !ok {
+		var err error
+		if records, _, err = c.store.Budgets(ctx); err != nil {
+			return err
+		}
 	}
 
 	c.mu.Lock()

@@ -1,0 +1,81 @@
+package coordinator
+
+import (
+	"sort"
+	"sync"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/allot-dev/allot/internal/state"
+)
+
+// budgetCache mirrors the operator-set budget records from etcd
+// (state.Mirror), so that a rebalance reads them from memory instead of a
+// prefix read of every record each interval. Until the mirror has synced
+// once, the leader reads etcd.
+type budgetCache struct {
+	store *state.Store
+
+	mu     sync.Mutex
+	recs   map[string]state.BudgetRecord
+	synced bool
+	sorted []state.BudgetRecord // by tenant; nil when recs changed since
+}
+
+func newBudgetCache(store *state.Store) *budgetCache {
+	return &budgetCache{store: store, recs: map[string]state.BudgetRecord{}}
+}
+
+// snapshot returns every record, sorted by tenant, and whether the mirror
+// has synced. The slice is shared: callers must not change it.
+func (b *budgetCache) snapshot() ([]state.BudgetRecord, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.synced {
+		return nil, false
+	}
+	if b.sorted == nil {
+		b.sorted = make([]state.BudgetRecord, 0, len(b.recs))
+		for _, r := range b.recs {
+			b.sorted = append(b.sorted, r)
+		}
+		sort.Slice(b.sorted, func(i, j int) bool { return b.sorted[i].Tenant < b.sorted[j].Tenant })
+	}
+	return b.sorted, true
+}
+
+// Reset implements state.MirrorHandler.
+func (b *budgetCache) Reset(kvs []*mvccpb.KeyValue, _ int64) {
+	next := make(map[string]state.BudgetRecord, len(kvs))
+	for _, kv := range kvs {
+		if rec, err := state.DecodeBudget(kv.Value); err == nil {
+			next[rec.Tenant] = rec
+		}
+	}
+	b.mu.Lock()
+	b.recs, b.sorted, b.synced = next, nil, true
+	b.mu.Unlock()
+}
+
+// Put implements state.MirrorHandler.
+func (b *budgetCache) Put(kv *mvccpb.KeyValue) {
+	rec, err := state.DecodeBudget(kv.Value)
+	if err != nil {
+		return
+	}
+	b.mu.Lock()
+	b.recs[rec.Tenant], b.sorted = rec, nil
+	b.mu.Unlock()
+}
+
+// Delete implements state.MirrorHandler.
+func (b *budgetCache) Delete(key []byte) {
+	t, err := b.store.BudgetTenant(key)
+	if err != nil {
+		return
+	}
+	b.mu.Lock()
+	delete(b.recs, t)
+	b.sorted = nil
+	b.mu.Unlock()
+}
