@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -57,14 +58,19 @@ func TestBudgetCacheFollowsEtcd(t *testing.T) {
 	mctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- state.Mirror(mctx, cli, st.BudgetsPrefix(), bc, 100*time.Millisecond, nil) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Mirror = %v, want context.Canceled", err)
+		}
+	}()
 	expect := func(want string) {
 		t.Helper()
 		wait.Until(t, 10*time.Second, func() error {
 			recs, ok := bc.snapshot()
 			got := fmt.Sprint(ok)
 			for _, r := range recs {
-				got += " " + r.Tenant + "=" + r.Budget.Rate
+				got += " " + r.Tenant + "=" + r.Rate
 			}
 			if got != want {
 				return fmt.Errorf("cache = %q, want %q", got, want)
