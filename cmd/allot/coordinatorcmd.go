@@ -38,6 +38,7 @@ type coordinatorOpts struct {
 	serverTLS      tlsconfig.Server
 	ops            opsConfig
 	etcdTLS        tlsconfig.Client
+	etcdAuth       etcdAuth
 }
 
 func newCoordinatorCmd(s *streams) *cobra.Command {
@@ -80,6 +81,7 @@ and scrapers under mutual TLS (and /debug/pprof/ with --pprof).`,
 	serverTLSFlags(f, &o.serverTLS)
 	opsFlags(f, &o.ops)
 	clientTLSFlags(f, &o.etcdTLS, "etcd-tls", "etcd")
+	etcdAuthFlags(f, &o.etcdAuth)
 	return c
 }
 
@@ -101,7 +103,7 @@ func splitList(s string) []string {
 	return out
 }
 
-func newEtcdClient(endpoints string, tc tlsconfig.Client) (*clientv3.Client, error) {
+func newEtcdClient(endpoints string, tc tlsconfig.Client, auth etcdAuth) (*clientv3.Client, error) {
 	eps := splitList(endpoints)
 	if len(eps) == 0 {
 		return nil, usagef("--etcd is required, e.g. --etcd http://127.0.0.1:2379")
@@ -112,6 +114,9 @@ func newEtcdClient(endpoints string, tc tlsconfig.Client) (*clientv3.Client, err
 	cfg := clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, DialKeepAliveTime: 5 * time.Second,
 		DialKeepAliveTimeout: 3 * time.Second, Logger: zap.NewNop()}
 	if err := etcdTLS(&cfg, tc); err != nil {
+		return nil, err
+	}
+	if err := auth.apply(&cfg); err != nil {
 		return nil, err
 	}
 	c, err := clientv3.New(cfg)
@@ -152,7 +157,7 @@ func runCoordinator(ctx context.Context, s *streams, o coordinatorOpts) error {
 	if o.id == "" {
 		o.id, _ = os.Hostname()
 	}
-	etcd, err := newEtcdClient(o.etcd, o.etcdTLS)
+	etcd, err := newEtcdClient(o.etcd, o.etcdTLS, o.etcdAuth)
 	if err != nil {
 		return err
 	}

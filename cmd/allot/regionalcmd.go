@@ -50,6 +50,7 @@ type regionalOpts struct {
 	ops               opsConfig
 	redisTLS          tlsconfig.Client
 	etcdTLS           tlsconfig.Client
+	etcdAuth          etcdAuth
 	coordTLS          tlsconfig.Client
 }
 
@@ -108,6 +109,7 @@ there, for probes and scrapers under mutual TLS (and /debug/pprof/ with
 	opsFlags(f, &o.ops)
 	clientTLSFlags(f, &o.redisTLS, "redis-tls", "Redis")
 	clientTLSFlags(f, &o.etcdTLS, "etcd-tls", "etcd")
+	etcdAuthFlags(f, &o.etcdAuth)
 	clientTLSFlags(f, &o.coordTLS, "coordinator-tls", "the coordinator")
 	return c
 }
@@ -166,7 +168,7 @@ func runRegional(ctx context.Context, s *streams, o regionalOpts) error {
 	if err != nil {
 		return err
 	}
-	etcd, err := newEtcdClient(o.etcd, o.etcdTLS)
+	etcd, err := newEtcdClient(o.etcd, o.etcdTLS, o.etcdAuth)
 	if err != nil {
 		return err
 	}

@@ -103,6 +103,12 @@ app.kubernetes.io/part-of: allot
   value: {{ . | quote }}
 {{- end }}
 {{- end }}
+{{- with .Values.etcd.auth.secretName }}
+- name: ALLOT_ETCD_USERNAME
+  valueFrom: {secretKeyRef: {name: {{ . | quote }}, key: {{ $.Values.etcd.auth.usernameKey | quote }}}}
+- name: ALLOT_ETCD_PASSWORD_FILE
+  value: /etc/allot/etcd-auth/password
+{{- end }}
 {{- end -}}
 
 {{/* Server TLS env for a component's tls block. */}}
