@@ -74,15 +74,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 		b.Fatal(err)
 	}
 	p := startPod(b, store, func(c *Config) { c.StoreTimeout = time.Second })
-	if _, err := p.st.ApplyPolicy(context.Background(), []byte(benchPolicy), 0, "bench"); err != nil {
-		b.Fatal(err)
-	}
-	redistest.Eventually(b, 10*time.Second, func() error {
-		if te := p.s.view.tenant("bench-0"); te == nil || te.budget.Rate < 1e5 {
-			return fmt.Errorf("bench policy not loaded")
-		}
-		return nil
-	})
+	p.applyPolicy(b, benchPolicy, "bench-0", benchBudget)
 	lim := allotv1.NewLimiterClient(p.conn)
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
 	transports := map[string]func(i int) error{

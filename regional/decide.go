@@ -338,7 +338,10 @@ func (s *Service) decideWithShadow(ctx context.Context, p *plan) (Decision, *lim
 	for i := range p.shadow.n {
 		batch = append(batch, []gcra.Request{p.shadow.at(i).req})
 	}
-	answers, reason := s.callStoreMany(ctx, batch)
+	answers, reason := s.callStoreBatch(ctx, batch)
+	if reason == "" && p.enforced.n > 0 && answers[0].Err != nil {
+		reason = failureReason(answers[0].Err)
+	}
 	if reason != "" {
 		dec, lc := s.fallbackDecide(ctx, &p.enforced, reason)
 		return dec, lc, false
@@ -403,17 +406,8 @@ func (c *storeCall) requests(its *items) []gcra.Request {
 // it failed.
 func (s *Service) callStore(ctx context.Context, its *items) (gcra.Decision, string) {
 	c := &storeCall{}
-	reqs := c.requests(its)
-	start := time.Now()
-	cctx, cancel := context.WithDeadline(ctx, start.Add(s.cfg.StoreTimeout))
-	defer cancel()
-	_, err := s.breaker.Execute(func() ([]gcra.Answer, error) {
-		var err error
-		c.d, err = s.cfg.Store.Decide(cctx, reqs)
-		return nil, err
-	})
-	if reason := s.observeStore(start, err); reason != "" {
-		return gcra.Decision{}, reason
+	if err := s.execStore(ctx, c, c.requests(its)); err != nil {
+		return gcra.Decision{}, failureReason(err)
 	}
 	return c.d, ""
 }
@@ -424,46 +418,25 @@ func (s *Service) callStore(ctx context.Context, its *items) (gcra.Decision, str
 type guardedStore struct{ s *Service }
 
 func (g guardedStore) Decide(ctx context.Context, reqs []gcra.Request) (gcra.Decision, error) {
-	s := g.s
+	c := &storeCall{}
+	err := g.s.execStore(ctx, c, reqs)
+	return c.d, err
+}
+
+// execStore decides reqs all or nothing in one round trip through the
+// breaker, under the store timeout, observed in the store metrics; the
+// decision lands in c.d.
+func (s *Service) execStore(ctx context.Context, c *storeCall, reqs []gcra.Request) error {
 	start := time.Now()
 	cctx, cancel := context.WithDeadline(ctx, start.Add(s.cfg.StoreTimeout))
 	defer cancel()
-	var d gcra.Decision
 	_, err := s.breaker.Execute(func() ([]gcra.Answer, error) {
 		var err error
-		d, err = s.cfg.Store.Decide(cctx, reqs)
+		c.d, err = s.cfg.Store.Decide(cctx, reqs)
 		return nil, err
 	})
 	s.observeStore(start, err)
-	return d, err
-}
-
-// callStoreMany makes one round trip through the breaker and the timeout:
-// one pipeline when the store batches. It returns the answers, or the
-// reason it failed.
-func (s *Service) callStoreMany(ctx context.Context, batch [][]gcra.Request) ([]gcra.Answer, string) {
-	start := time.Now()
-	cctx, cancel := context.WithDeadline(ctx, start.Add(s.cfg.StoreTimeout))
-	defer cancel()
-	answers, err := s.breaker.Execute(func() ([]gcra.Answer, error) {
-		if bs, ok := s.cfg.Store.(gcra.BatchStore); ok && len(batch) > 1 {
-			out := bs.DecideMany(cctx, batch)
-			return out, out[0].Err
-		}
-		out := make([]gcra.Answer, len(batch))
-		for i, reqs := range batch {
-			d, err := s.cfg.Store.Decide(cctx, reqs)
-			out[i] = gcra.Answer{Decision: d, Err: err}
-			if i == 0 && err != nil {
-				return out, err
-			}
-		}
-		return out, nil
-	})
-	if reason := s.observeStore(start, err); reason != "" {
-		return nil, reason
-	}
-	return answers, ""
+	return err
 }
 
 // observeStore records a store call that started at start and ended with

@@ -3,7 +3,6 @@ package regional
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -70,15 +69,7 @@ func benchDecidePod(b *testing.B, policy string) *pod {
 		b.Fatal(err)
 	}
 	p := startPod(b, ms, func(c *Config) { c.Coalesce = false; c.StoreTimeout = time.Second })
-	if _, err := p.st.ApplyPolicy(context.Background(), []byte(policy), 0, "bench"); err != nil {
-		b.Fatal(err)
-	}
-	redistest.Eventually(b, 10*time.Second, func() error {
-		if te := p.s.view.tenant("bench-0"); te == nil || te.budget.Rate < 1e5 {
-			return errors.New("bench policy not loaded")
-		}
-		return nil
-	})
+	p.applyPolicy(b, policy, "bench-0", benchBudget)
 	return p
 }
 
@@ -246,15 +237,7 @@ func BenchmarkPool(b *testing.B) {
 			b.Fatal(err)
 		}
 		p := startPod(b, store, func(c *Config) { c.Coalesce = k.coalesce; c.StoreTimeout = time.Second })
-		if _, err := p.st.ApplyPolicy(context.Background(), []byte(decideBenchPolicy), 0, "bench"); err != nil {
-			b.Fatal(err)
-		}
-		redistest.Eventually(b, 10*time.Second, func() error {
-			if te := p.s.view.tenant("bench-0"); te == nil || te.budget.Rate < 1e5 {
-				return errors.New("bench policy not loaded")
-			}
-			return nil
-		})
+		p.applyPolicy(b, decideBenchPolicy, "bench-0", benchBudget)
 		pods[k], clients[k] = p, rc
 		return p, rc
 	}

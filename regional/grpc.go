@@ -95,21 +95,15 @@ func (a limiterAPI) DecideBatch(ctx context.Context, r *allotv1.DecideBatchReque
 		in[i] = Request{Descriptors: q.GetDescriptors(), Cost: protoCost(q.GetCost())}
 	}
 	out := &allotv1.DecideBatchResponse{Responses: make([]*allotv1.DecideResponse, len(reqs))}
-	results := a.s.DecideMany(ctx, in)
-	errs := make([]error, len(reqs))
-	for i, r := range results {
-		if errs[i] = r.Err; r.Err == nil {
-			out.Responses[i] = toProto(r.Decision)
-		}
-	}
-	for i, err := range errs {
+	for i, res := range a.s.DecideMany(ctx, in) {
 		switch {
-		case err == nil:
+		case res.Err == nil:
+			out.Responses[i] = toProto(res.Decision)
 		case r.GetIndependent():
-			st := status.Convert(GRPCError(err))
+			st := status.Convert(GRPCError(res.Err))
 			out.Responses[i] = &allotv1.DecideResponse{ErrorCode: int32(st.Code()), Error: st.Message()}
 		default:
-			return nil, GRPCError(badRequestAt(i, err))
+			return nil, GRPCError(badRequestAt(i, res.Err))
 		}
 	}
 	return out, nil

@@ -2,13 +2,10 @@ package regional
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/allot-dev/allot/internal/redistest"
 )
 
 // leasedTestPolicy: a tenant budget nothing exhausts and a per-machine
@@ -36,15 +33,7 @@ tiers:
 // then denies and is counted as the limiting one.
 func TestLeasedLimit(t *testing.T) {
 	p, _ := memPod(t)
-	if _, err := p.st.ApplyPolicy(context.Background(), []byte(leasedTestPolicy), 0, "test"); err != nil {
-		t.Fatal(err)
-	}
-	redistest.Eventually(t, 10*time.Second, func() error {
-		if te := p.s.view.tenant("t1"); te == nil || len(te.resolved.Limits) != 2 {
-			return errors.New("leased policy not loaded")
-		}
-		return nil
-	})
+	p.applyPolicy(t, leasedTestPolicy, "t1", limits(2))
 	ctx := context.Background()
 	req := map[string]string{"tenant": "t1", "machine": "m1"}
 	for i := range 100 {
@@ -78,15 +67,7 @@ func TestLeasedLimit(t *testing.T) {
 // caller's deadline.
 func TestLeaseUnderStoreTimeout(t *testing.T) {
 	p, _, cs := countingPodWith(t, func(c *Config) { c.StoreTimeout = 50 * time.Millisecond })
-	if _, err := p.st.ApplyPolicy(context.Background(), []byte(leasedTestPolicy), 0, "test"); err != nil {
-		t.Fatal(err)
-	}
-	redistest.Eventually(t, 10*time.Second, func() error {
-		if te := p.s.view.tenant("t1"); te == nil || len(te.resolved.Limits) != 2 {
-			return errors.New("leased policy not loaded")
-		}
-		return nil
-	})
+	p.applyPolicy(t, leasedTestPolicy, "t1", limits(2))
 	stall := "machine"
 	cs.stall.Store(&stall)
 	// The caller's own deadline is far: only the store timeout ends the wait.

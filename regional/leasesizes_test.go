@@ -2,11 +2,7 @@ package regional
 
 import (
 	"context"
-	"errors"
 	"testing"
-	"time"
-
-	"github.com/allot-dev/allot/internal/redistest"
 )
 
 // leaseSizesPolicy: two limits of one tenant leased in different sizes.
@@ -38,15 +34,7 @@ tiers:
 // limit with fewer units left in its lease.
 func TestLeasedLimitsOfDifferentSizes(t *testing.T) {
 	p, _ := memPod(t)
-	if _, err := p.st.ApplyPolicy(context.Background(), []byte(leaseSizesPolicy), 0, "test"); err != nil {
-		t.Fatal(err)
-	}
-	redistest.Eventually(t, 10*time.Second, func() error {
-		if te := p.s.view.tenant("t1"); te == nil || len(te.resolved.Limits) != 3 {
-			return errors.New("lease sizes policy not loaded")
-		}
-		return nil
-	})
+	p.applyPolicy(t, leaseSizesPolicy, "t1", limits(3))
 	ctx := context.Background()
 	req := map[string]string{"tenant": "t1", "machine": "m1", "key": "k1"}
 	for i := range 30 {

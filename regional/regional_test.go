@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -31,6 +32,7 @@ import (
 	"github.com/allot-dev/allot/internal/etcdtest"
 	"github.com/allot-dev/allot/internal/redistest"
 	"github.com/allot-dev/allot/internal/state"
+	"github.com/allot-dev/allot/internal/wait"
 	allotv1 "github.com/allot-dev/allot/proto/allot/v1"
 )
 
@@ -64,6 +66,29 @@ type pod struct {
 	conn *grpc.ClientConn
 	st   *state.Store
 }
+
+// applyPolicy stores doc as the policy and waits until the pod's view of
+// tenant satisfies loaded.
+func (p *pod) applyPolicy(tb testing.TB, doc, tenant string, loaded func(*tenantEntry) bool) {
+	tb.Helper()
+	if _, err := p.st.ApplyPolicy(context.Background(), []byte(doc), 0, "test"); err != nil {
+		tb.Fatal(err)
+	}
+	wait.Until(tb, 10*time.Second, func() error {
+		if te := p.s.view.tenant(tenant); te == nil || !loaded(te) {
+			return fmt.Errorf("policy not loaded yet for tenant %q", tenant)
+		}
+		return nil
+	})
+}
+
+// limits is a loaded condition: the tenant resolves to n limits.
+func limits(n int) func(*tenantEntry) bool {
+	return func(te *tenantEntry) bool { return len(te.resolved.Limits) == n }
+}
+
+// benchBudget is a loaded condition: the bench tier's budget is in force.
+func benchBudget(te *tenantEntry) bool { return te.budget.Rate >= 1e5 }
 
 func startPod(t testing.TB, store gcra.Store, adjust func(*Config)) *pod {
 	t.Helper()

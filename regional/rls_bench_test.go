@@ -2,7 +2,6 @@ package regional
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -35,15 +34,7 @@ func BenchmarkRLSDescriptors(b *testing.B) {
 				b.Fatal(err)
 			}
 			p := startPod(b, store, func(c *Config) { c.StoreTimeout = time.Second })
-			if _, err := p.st.ApplyPolicy(context.Background(), []byte(decideBenchPolicy), 0, "bench"); err != nil {
-				b.Fatal(err)
-			}
-			redistest.Eventually(b, 10*time.Second, func() error {
-				if te := p.s.view.tenant("bench-0"); te == nil || te.budget.Rate < 1e5 {
-					return errors.New("bench policy not loaded")
-				}
-				return nil
-			})
+			p.applyPolicy(b, decideBenchPolicy, "bench-0", benchBudget)
 			return p
 		},
 	}

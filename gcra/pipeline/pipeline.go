@@ -4,42 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/allot-dev/allot/gcra"
 	"github.com/allot-dev/allot/internal/coalesce"
 )
 
-// Config configures a Store. Start from DefaultConfig.
-type Config struct {
-	// MaxBatch caps the decisions sent in one pipeline. A call carrying
-	// more decisions than this is sent on its own, unmerged. Default 128.
-	MaxBatch int
-	// Flushers is how many pipelines may be in flight at once; callers
-	// arriving while all are busy queue for the next one. Default 4.
-	Flushers int
-	// Timeout bounds a pipeline for callers whose context has no deadline
-	// (see the package documentation). Default 1s.
-	Timeout time.Duration
-}
+// Config configures a Store: MaxBatch caps the decisions sent in one
+// pipeline (a call carrying more is sent on its own, unmerged; default
+// 128), Flushers is how many pipelines may be in flight at once (default
+// 4), Timeout bounds a merged pipeline for callers whose context has no
+// deadline (default 1s). It is the natural-batching configuration of
+// internal/coalesce, which does the merging. Start from DefaultConfig.
+type Config = coalesce.Config
 
 // DefaultConfig returns the defaults.
-func DefaultConfig() Config {
-	return Config{MaxBatch: 128, Flushers: 4, Timeout: time.Second}
-}
-
-// Validate reports the first invalid field.
-func (c Config) Validate() error {
-	switch {
-	case c.MaxBatch < 1:
-		return fmt.Errorf("pipeline config: MaxBatch: %d: must be at least 1", c.MaxBatch)
-	case c.Flushers < 1:
-		return fmt.Errorf("pipeline config: Flushers: %d: must be at least 1", c.Flushers)
-	case c.Timeout <= 0:
-		return fmt.Errorf("pipeline config: Timeout: %v: must be positive", c.Timeout)
-	}
-	return nil
-}
+func DefaultConfig() Config { return coalesce.DefaultConfig() }
 
 // Store merges concurrent decisions into pipelines of an underlying
 // gcra.BatchStore. Build it with New; it is a gcra.BatchStore itself.
@@ -56,11 +35,8 @@ func New(bs gcra.BatchStore, cfg Config) (*Store, error) {
 	if bs == nil {
 		return nil, errors.New("pipeline: BatchStore is nil")
 	}
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	s := &Store{bs: bs}
-	co, err := coalesce.New(s.send, coalesce.Config(cfg))
+	co, err := coalesce.New(s.send, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}

@@ -29,11 +29,16 @@ func Example() {
 	a, stopA, doneA := run("pod-a")
 	b, stopB, doneB := run("pod-b", a.Addr())
 
-	for deadline := time.Now().Add(5 * time.Second); a.LivePods() < 2 || b.LivePods() < 2; {
-		if time.Now().After(deadline) {
-			break
+	// Wait (at most 5 s) until each has seen the other.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.After(5 * time.Second); a.LivePods() < 2 || b.LivePods() < 2; {
+		select {
+		case <-tick.C:
+			continue
+		case <-deadline:
 		}
-		time.Sleep(10 * time.Millisecond)
+		break
 	}
 	fmt.Println(a.LivePods(), b.Members())
 
