@@ -20,6 +20,20 @@
 //
 // Accounting: every leased unit is served, stranded or held.
 //
+// # Reservations
+//
+// A decision that is part of a larger one (a leased limit beside limits
+// decided elsewhere) uses Reserve: the units it admits are the caller's
+// until it commits them, when the whole decision admits, or cancels them,
+// when another part denies. Cancel gives them back to the key's lease, so a
+// denied decision consumes nothing of it; units the store admitted to a
+// fallback request become a lease of the key, so the store's count is not
+// lost either. A unit is served at most once (a cancelled unit is back in
+// the lease for the next decision, never in two places) and no unit is
+// added that the store did not count. Reserve counts, per Class (one per
+// limit, say), the units leased, served (committed) and stranded, for
+// metrics of stranded quota.
+//
 // # Concurrency
 //
 // A Limiter is safe for concurrent use. A decision served from a lease

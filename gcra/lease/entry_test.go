@@ -26,7 +26,7 @@ func TestServedCountSpills(t *testing.T) {
 	e := l.entry("k")
 	e.expires.Store(1 << 62)
 	e.word.Store(servedMax<<tokenBits | 5)
-	if rem, ok := l.take(e, 0, 2); !ok || rem != 3 {
+	if rem, _, ok := l.take(e, 0, 2); !ok || rem != 3 {
 		t.Fatalf("take = %d, %v; want 3, true", rem, ok)
 	}
 	if w := e.word.Load(); w != 3 {
@@ -35,7 +35,7 @@ func TestServedCountSpills(t *testing.T) {
 	if s := l.Stats(); s.Served != servedMax+1 || s.Held != 3 {
 		t.Fatalf("Stats = %+v, want %d served, 3 held", s, servedMax+1)
 	}
-	if _, ok := l.take(e, 0, 1); !ok {
+	if _, _, ok := l.take(e, 0, 1); !ok {
 		t.Fatal("take after the spill failed")
 	}
 	if s := l.Stats(); s.Served != servedMax+2 {

@@ -72,12 +72,14 @@ func (c Config) Validate() error {
 // Stats counts what a Limiter did since it was built.
 type Stats struct {
 	// Served is decisions answered from leased units, and ServedUnits
-	// their units (LeasedUnits − Stranded − Held).
+	// their units (LeasedUnits − Stranded − Held; units reserved and not
+	// yet committed or cancelled count as served).
 	Served, ServedUnits int64
 	// Leases is leases taken from the store, LeasedUnits their units.
 	Leases, LeasedUnits int64
 	// Fallbacks is decisions sent to the store with their own cost because
-	// a full lease was not available; FallbackUnits the units admitted so.
+	// a full lease was not available; FallbackUnits the units admitted so
+	// (less those of cancelled reservations, which count as leased).
 	Fallbacks, FallbackUnits int64
 	// Passthrough is decisions not leased (composite, small burst, cost
 	// above Size).
@@ -106,23 +108,27 @@ type entry struct {
 	// expires is when the units held expire, in ns on the Limiter's clock.
 	// Written only with refill held, before the units it covers are added.
 	expires atomic.Int64
-	refill  chan struct{}            // one refiller (or sweeper) at a time; waiting honours ctx
-	dead    atomic.Bool              // removed by Sweep (refill held); look the key up again
-	_       [64 - 8 - 8 - 8 - 4]byte // one cache line per key: keys served on other cores do not contend
+	refill  chan struct{} // one refiller (or sweeper) at a time; waiting honours ctx
+	// class counts the units of the leases e holds (nil: no class). Read
+	// and written only with refill held.
+	class *Class
+	dead  atomic.Bool                  // removed by Sweep (refill held); look the key up again
+	_     [64 - 8 - 8 - 8 - 8 - 4]byte // one cache line per key: keys served on other cores do not contend
 }
 
 // take serves cost units from e if it holds them unexpired at now (ns on
-// the Limiter's clock) and returns the units it still holds. It never
-// writes expired units off: that is done with refill held.
-func (l *Limiter) take(e *entry, now int64, cost int64) (int64, bool) {
-	if now >= e.expires.Load() {
-		return 0, false
+// the Limiter's clock) and returns the units it still holds and when they
+// expire. It never writes expired units off: that is done with refill held.
+func (l *Limiter) take(e *entry, now int64, cost int64) (rem, expires int64, ok bool) {
+	expires = e.expires.Load()
+	if now >= expires {
+		return 0, 0, false
 	}
 	c := uint64(cost)
 	for {
 		w := e.word.Load()
 		if w&tokenMask < c {
-			return 0, false
+			return 0, 0, false
 		}
 		nw, spill := w-c+servedOne, false
 		if w>>tokenBits == servedMax {
@@ -132,14 +138,15 @@ func (l *Limiter) take(e *entry, now int64, cost int64) (int64, bool) {
 			if spill {
 				l.served.Add(servedMax + 1)
 			}
-			return int64(nw & tokenMask), true
+			return int64(nw & tokenMask), expires, true
 		}
 	}
 }
 
 // settle, with e.refill held, writes off e's units as stranded if they
-// expired by now, counts the decisions served from them into l.served, and
-// then adds add units. It returns the units e holds after.
+// expired by now (in e's class too), counts the decisions served from them
+// into l.served, and then adds add units. It returns the units e holds
+// after.
 func (l *Limiter) settle(e *entry, now int64, add int64) int64 {
 	expired := now >= e.expires.Load()
 	for {
@@ -152,7 +159,7 @@ func (l *Limiter) settle(e *entry, now int64, add int64) int64 {
 		if e.word.CompareAndSwap(w, nw) {
 			l.served.Add(int64(w >> tokenBits))
 			if expired {
-				l.stranded.Add(int64(w & tokenMask))
+				l.strand(e.class, int64(w&tokenMask))
 			}
 			return held + add
 		}
@@ -244,7 +251,7 @@ func (l *Limiter) Decide(ctx context.Context, reqs []gcra.Request) (gcra.Decisio
 	if len(reqs) != 1 || !l.leased(&reqs[0], l.cfg.Size) {
 		return l.passThrough(ctx, reqs)
 	}
-	return l.decide(ctx, reqs[0], l.cfg.Size)
+	return l.decide(ctx, reqs[0], l.cfg.Size, nil, nil)
 }
 
 // DecideOne decides one request as Decide([]gcra.Request{req}) would,
@@ -270,18 +277,28 @@ func (l *Limiter) DecideSized(ctx context.Context, req gcra.Request, size int64)
 	if !l.leased(&req, size) {
 		return l.passThrough(ctx, []gcra.Request{req})
 	}
-	return l.decide(ctx, req, size)
+	return l.decide(ctx, req, size, nil, nil)
 }
 
-// decide decides a request that is leased with leases of size units.
-func (l *Limiter) decide(ctx context.Context, req gcra.Request, size int64) (gcra.Decision, error) {
+// Leases reports whether DecideSized and Reserve decide req with leases of
+// size units (its limit's burst is at least max(MinBurst, size), its cost
+// at most size, and size is 1 to MaxSize) rather than passing it through.
+func (l *Limiter) Leases(req gcra.Request, size int64) bool {
+	return size >= 1 && size <= MaxSize && l.leased(&req, size)
+}
+
+// decide decides a request that is leased with leases of size units,
+// counting the units of leases it takes in c (nil: none). When r is not
+// nil, an admission is returned as a reservation in r (see Reserve).
+func (l *Limiter) decide(ctx context.Context, req gcra.Request, size int64, c *Class, r *Reservation) (gcra.Decision, error) {
 	if err := validate(&req); err != nil {
 		return gcra.Decision{}, err
 	}
 	for {
 		e := l.entry(req.Key)
 		// Fast path: units in hand. A dead entry holds none.
-		if rem, ok := l.take(e, l.now(), req.Cost); ok {
+		if rem, exp, ok := l.take(e, l.now(), req.Cost); ok {
+			r.hold(l, e, c, &req, exp, fromLease)
 			return gcra.Decision{Result: gcra.Result{Allowed: true, Remaining: rem}}, nil
 		}
 		// Slow path: one refiller per key; the others wait for it.
@@ -290,7 +307,7 @@ func (l *Limiter) decide(ctx context.Context, req gcra.Request, size int64) (gcr
 		case <-ctx.Done():
 			return gcra.Decision{}, ctx.Err()
 		}
-		d, retry, err := l.refill(ctx, e, req, size)
+		d, retry, err := l.refill(ctx, e, req, size, c, r)
 		<-e.refill
 		if !retry {
 			return d, err
@@ -322,17 +339,19 @@ func (l *Limiter) passThrough(ctx context.Context, reqs []gcra.Request) (gcra.De
 }
 
 // refill runs with e.refill held: it serves from a lease another refiller
-// just took, or takes a new lease of size units, or falls back to a request
-// of the decision's own cost. retry is true when e died meanwhile. Units
-// are added only when the key holds fewer than the cost (take failed), so
-// it holds fewer than size after: never more than MaxSize.
-func (l *Limiter) refill(ctx context.Context, e *entry, req gcra.Request, size int64) (d gcra.Decision, retry bool, err error) {
+// just took, or takes a new lease of size units (counted in c), or falls
+// back to a request of the decision's own cost; an admission is held in r
+// when r is not nil. retry is true when e died meanwhile. Units are added
+// only when the key holds fewer than the cost (take failed), so it holds
+// fewer than size after: never more than MaxSize.
+func (l *Limiter) refill(ctx context.Context, e *entry, req gcra.Request, size int64, c *Class, r *Reservation) (d gcra.Decision, retry bool, err error) {
 	if e.dead.Load() {
 		return gcra.Decision{}, true, nil
 	}
 	now := l.clock()
 	l.advance(now)
-	if rem, ok := l.take(e, now, req.Cost); ok {
+	if rem, exp, ok := l.take(e, now, req.Cost); ok {
+		r.hold(l, e, c, &req, exp, fromLease)
 		return gcra.Decision{Result: gcra.Result{Allowed: true, Remaining: rem}}, false, nil
 	}
 
@@ -348,11 +367,18 @@ func (l *Limiter) refill(ctx context.Context, e *entry, req gcra.Request, size i
 		l.leases.Add(1)
 		l.leasedUnits.Add(size)
 		l.served.Add(1)
-		// Write expired units off before the new expiry covers them; the
-		// units added after it are covered by it.
+		// Write expired units off (to the class of the lease they came
+		// from) before the new expiry covers them; the units added after it
+		// are covered by it.
 		l.settle(e, now, 0)
-		e.expires.Store(now + int64(l.cfg.TTL))
+		if c != nil {
+			e.class = c
+			c.leased.Add(size)
+		}
+		exp := now + int64(l.cfg.TTL)
+		e.expires.Store(exp)
 		d.Remaining = l.settle(e, now, size-req.Cost)
+		r.hold(l, e, c, &req, exp, fromLease)
 		return d, false, nil
 	}
 	// A full lease is not available: ask for just this decision's units.
@@ -363,6 +389,7 @@ func (l *Limiter) refill(ctx context.Context, e *entry, req gcra.Request, size i
 	}
 	if d.Allowed {
 		l.fallbackUnits.Add(req.Cost)
+		r.hold(l, e, c, &req, l.clock()+int64(l.cfg.TTL), fromStore)
 	} else {
 		l.denied.Add(1)
 	}
