@@ -25,7 +25,9 @@ type Result struct {
 // limits of consecutive requests travel in one pipeline (one composite call
 // per request, in request order). A request with a shadow limit, or one a
 // limit denies outright, is decided on its own, after its tenant's earlier
-// requests: one tenant's requests are decided in order. A store failure
+// requests: one tenant's requests are decided in order. A request's leased
+// limits are reserved before the pipeline, after its tenant's earlier
+// requests, and settled after it, as Decide does. A store failure
 // sends every request of the round trip to its limits' on_failure, as
 // Decide would. results[i] answers reqs[i].
 func (s *Service) DecideMany(ctx context.Context, reqs []Request) []Result {
@@ -48,6 +50,7 @@ func (s *Service) DecideMany(ctx context.Context, reqs []Request) []Result {
 			results[i].Err = err
 			continue
 		}
+		s.unleased(p)
 		if p.denying || p.shadow.n > 0 || p.enforced.n == 0 {
 			// Decided on its own, now: after the tenant's earlier requests,
 			// so those go first.
@@ -58,6 +61,28 @@ func (s *Service) DecideMany(ctx context.Context, reqs []Request) []Result {
 			s.record(tenant, p, r.Cost, dec, lc)
 			results[i].Decision = dec
 			continue
+		}
+		if p.leased.n > 0 {
+			// Its leases are reserved now and settled after the round trip:
+			// the tenant's earlier requests go first, so that the units they
+			// give back are in the leases, as when decided one by one.
+			if b.holds(tenant) {
+				b.flush(ctx)
+			}
+			h := b.hold(i)
+			dec, lc, done := s.reserveLeased(ctx, p, h)
+			if !done && h.failed.n > 0 {
+				// The store failed to lease: by on_failure, now.
+				dec, lc = s.decideRest(ctx, p, h)
+				dec, lc = s.finishLeased(ctx, p, h, dec, lc)
+				done = true
+			}
+			if done {
+				delete(b.leases, i)
+				s.record(tenant, p, r.Cost, dec, lc)
+				results[i].Decision = dec
+				continue
+			}
 		}
 		b.add(i, tenant)
 	}
@@ -76,6 +101,17 @@ type batchRun struct {
 	batch   [][]gcra.Request
 	owners  []int // batch[k] is reqs[owners[k]]'s
 	tenants map[string]struct{}
+	leases  map[int]*leaseHold // reqs[i]'s reserved leased limits
+}
+
+// hold returns a new leaseHold for reqs[i].
+func (b *batchRun) hold(i int) *leaseHold {
+	if b.leases == nil {
+		b.leases = map[int]*leaseHold{}
+	}
+	h := &leaseHold{}
+	b.leases[i] = h
+	return h
 }
 
 func (b *batchRun) holds(tenant string) bool {
@@ -92,8 +128,9 @@ func (b *batchRun) add(i int, tenant string) {
 	b.owners = append(b.owners, i)
 }
 
-// flush decides the gathered requests in one round trip, then their leased
-// limits, and records them.
+// flush decides the gathered requests in one round trip, settles the
+// leased limits reserved for them (committed when the request is admitted,
+// given back otherwise), and records them.
 func (b *batchRun) flush(ctx context.Context) {
 	if len(b.batch) == 0 {
 		return
@@ -112,9 +149,10 @@ func (b *batchRun) flush(ctx context.Context) {
 		default:
 			a := answers[k].Decision
 			dec, lc = fromStore(a, p.enforced.at(a.Limiting))
-			if dec.Allowed {
-				dec, lc = s.decideLeased(ctx, p, dec, lc)
-			}
+		}
+		if h := b.leases[i]; h != nil {
+			dec, lc = s.finishLeased(ctx, p, h, dec, lc)
+			delete(b.leases, i)
 		}
 		s.record(b.reqs[i].Descriptors["tenant"], p, b.reqs[i].Cost, dec, lc)
 		b.results[i].Decision = dec

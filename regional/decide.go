@@ -270,61 +270,52 @@ func fallbackLimit(l *policy.ResolvedLimit, lim gcra.Limit, pods int, cost int64
 func quota(l *policy.ResolvedLimit) (int64, time.Duration) { return l.Rate.Count, l.Rate.Period }
 
 // decide runs a plan. It returns the decision and the cache of its
-// limiting limit (nil when no limit decided it).
+// limiting limit (nil when no limit decided it). Leased limits are
+// reserved from the pod's leases first and the rest decided after, so that
+// a decision any limit denies charges none (see decideLeased).
 func (s *Service) decide(ctx context.Context, p *plan) (Decision, *limitCache) {
 	if p.denying {
 		q, w := quota(p.deny.l)
 		return Decision{Limit: p.deny.l.Name, RetryAfter: time.Second, Quota: q, Window: w}, p.deny.lc
 	}
-	dec, lc := Decision{Allowed: true}, (*limitCache)(nil)
+	s.unleased(p)
+	if p.leased.n > 0 {
+		return s.decideLeased(ctx, p)
+	}
+	return s.decideStore(ctx, p)
+}
+
+// decideStore decides p's enforced limits all or nothing in one round trip,
+// its shadow limits beside them, or by on_failure when the store fails. It
+// admits when p has no enforced limit.
+func (s *Service) decideStore(ctx context.Context, p *plan) (Decision, *limitCache) {
 	switch {
 	case p.shadow.n > 0:
-		var ok bool
-		if dec, lc, ok = s.decideWithShadow(ctx, p); !ok {
-			return dec, lc
-		}
+		dec, lc, _ := s.decideWithShadow(ctx, p)
+		return dec, lc
 	case p.enforced.n > 0:
 		d, reason := s.callStore(ctx, &p.enforced)
 		if reason != "" {
 			return s.fallbackDecide(ctx, &p.enforced, reason)
 		}
-		dec, lc = fromStore(d, p.enforced.at(d.Limiting))
+		return fromStore(d, p.enforced.at(d.Limiting))
 	}
-	if !dec.Allowed {
-		return dec, lc
-	}
-	return s.decideLeased(ctx, p, dec, lc)
+	return Decision{Allowed: true}, nil
 }
 
-// decideLeased decides p's leased limits after its enforced ones admitted
-// with dec.
-func (s *Service) decideLeased(ctx context.Context, p *plan, dec Decision, lc *limitCache) (Decision, *limitCache) {
-	for i := range p.leased.n {
-		it := p.leased.at(i)
-		d, err := s.leases.DecideSized(ctx, it.req, it.l.Lease)
-		if err != nil {
-			reason := failureReason(err)
-			var one items
-			one.add(*it)
-			fd, flc := s.fallbackDecide(ctx, &one, reason)
-			if !fd.Allowed {
-				return fd, flc
-			}
-			// Admitted by this limit's on_failure: the answer says it was
-			// decided partly without the store.
-			dec.Fallback = true
-			continue
-		}
-		if !d.Allowed || dec.Limit == "" || d.Remaining < dec.Remaining {
-			shadow, fallback := dec.Shadow, dec.Fallback
-			dec, lc = fromStore(d, it)
-			dec.Shadow, dec.Fallback = shadow, fallback
-			if !d.Allowed {
-				return dec, lc
-			}
-		}
+// decideLeased decides a plan with leased limits: it reserves their units
+// from the pod's leases, then decides the other limits, then commits the
+// reservations when everything admitted and cancels them otherwise (the
+// units go back to the leases). So a leased limit that denies charges
+// nothing in the store (the store is not asked), and a store that denies
+// consumes nothing of the leases: I3 for the whole decision.
+func (s *Service) decideLeased(ctx context.Context, p *plan) (Decision, *limitCache) {
+	var h leaseHold
+	if dec, lc, done := s.reserveLeased(ctx, p, &h); done {
+		return dec, lc
 	}
-	return dec, lc
+	dec, lc := s.decideRest(ctx, p, &h)
+	return s.finishLeased(ctx, p, &h, dec, lc)
 }
 
 // decideWithShadow runs the enforced limits and the shadow ones in one

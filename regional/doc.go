@@ -8,7 +8,11 @@
 // with a lapsed lease), a regional limit its full rate. Enforced limits are
 // decided all or nothing in one store round trip; shadow limits ride in the
 // same round trip (a pipeline) but only count would-denials; limits with a
-// lease size are served from local leases after the others.
+// lease size are reserved from local leases first (package gcra/lease) and
+// committed only when the others admit, given back to the lease otherwise,
+// so that a decision any limit denies charges none of them (I3). Their
+// units leased, served and stranded are counted per limit in
+// allot_lease_units_total.
 //
 // Failures (I9): every store call has a timeout (Config.StoreTimeout, a few
 // ms) and goes through a circuit breaker. When the store fails, each limit

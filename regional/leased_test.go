@@ -27,7 +27,7 @@ tiers:
     budget: {rate: 1000000/s, burst: 1000000, mode: pinned, home: us-east}
 `
 
-// A leased limit is decided from the pod's leases after the composite of
+// A leased limit is decided from the pod's leases beside the composite of
 // the others: the answer names whichever limit has fewer units left, every
 // unit of the burst is admitted through ten leases, and the leased limit
 // then denies and is counted as the limiting one.

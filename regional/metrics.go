@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/allot-dev/allot/gcra/lease"
 )
 
 type metrics struct {
@@ -28,9 +30,10 @@ type metrics struct {
 }
 
 // limitCounters are one limit's children of allot_decisions_total in this
-// region.
+// region, and the units of its leases.
 type limitCounters struct {
 	allowed, denied, shadowDenied prometheus.Counter
+	lease                         lease.Class
 }
 
 // forLimit returns the decision counters of the limit called name.

@@ -35,7 +35,7 @@ type Service struct {
 	local   *memstore.Store // the fallback limiter
 
 	// leases serves every leased limit, each with its policy's lease size
-	// (lease.Limiter.DecideSized), over the region's store. Run runs it:
+	// (lease.Limiter.Reserve), over the region's store. Run runs it:
 	// served decisions then read its coarse clock (one atomic load) instead
 	// of the monotonic clock, so leased units may be served past their TTL
 	// by at most its Tick (lease.DefaultConfig: 1 s leases, 10 ms ticks)

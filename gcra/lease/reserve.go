@@ -36,9 +36,13 @@ type ClassStats struct {
 	Stranded int64
 }
 
-// Stats returns c's counters, read one by one.
+// Stats returns c's counters, read one by one: Leased last, so that
+// Served + Stranded ≤ Leased holds in what it returns even under
+// concurrent decisions.
 func (c *Class) Stats() ClassStats {
-	return ClassStats{Leased: c.leased.Load(), Served: c.served.Load(), Stranded: c.stranded.Load()}
+	served := c.served.Load()
+	stranded := c.stranded.Load()
+	return ClassStats{Leased: c.leased.Load(), Served: served, Stranded: stranded}
 }
 
 // strand counts n leased units as stranded, in c too.
