@@ -30,7 +30,7 @@ type metrics struct {
 }
 
 // limitCounters are one limit's children of allot_decisions_total in this
-// region, and the units of its leases.
+// region, and its lease units (allot_lease_units_total).
 type limitCounters struct {
 	allowed, denied, shadowDenied prometheus.Counter
 	lease                         lease.Class
@@ -107,7 +107,7 @@ func newMetrics(reg prometheus.Registerer, region string, s *Service) (*metrics,
 	if m.fallback, err = register(reg, m.fallback); err != nil {
 		return nil, err
 	}
-	for _, c := range []prometheus.Collector{m.storeDuration, m.storeErrors, m.grantAge, m.leaseValid, m.leaseLeft, m.reports, m.dropped, m.policyVersion, m.livePods} {
+	for _, c := range []prometheus.Collector{m.storeDuration, m.storeErrors, m.grantAge, m.leaseValid, m.leaseLeft, m.reports, m.dropped, m.policyVersion, m.livePods, newLeaseUnits(m)} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -135,4 +135,37 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 		return c, err
 	}
 	return c, nil
+}
+
+// leaseUnits is allot_lease_units_total: per leased limit of this region,
+// the units its keys' local leases took from the store (kind leased),
+// served to decisions (served) and let expire unserved (stranded, the
+// quota leasing costs). Leased − served − stranded is what the pods hold
+// now, at most a lease per key. Read from the limits' lease.Class at
+// scrape time; limits that never leased are left out.
+type leaseUnits struct {
+	m    *metrics
+	desc *prometheus.Desc
+}
+
+func newLeaseUnits(m *metrics) leaseUnits {
+	return leaseUnits{m: m, desc: prometheus.NewDesc("allot_lease_units_total",
+		"Units of leased limits: taken from the store as local leases (kind leased), served from them (served), expired unserved (stranded).",
+		[]string{"limit", "kind"}, prometheus.Labels{"region": m.region})}
+}
+
+func (c leaseUnits) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c leaseUnits) Collect(ch chan<- prometheus.Metric) {
+	c.m.limits.Range(func(k, v any) bool {
+		st := v.(*limitCounters).lease.Stats()
+		if st == (lease.ClassStats{}) {
+			return true
+		}
+		name := k.(string)
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(st.Leased), name, "leased")
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(st.Served), name, "served")
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(st.Stranded), name, "stranded")
+		return true
+	})
 }
