@@ -32,8 +32,9 @@ type codeMetrics struct {
 var scrapeLabels = []string{"instance", "job", "pod", "namespace", "component", "le", "__name__"}
 
 // loadCodeMetrics parses every non-test Go file of the module and collects
-// prometheus.{Counter,Gauge,Histogram,Summary}Opts literals' Name fields and
-// the label names of New*Vec calls and prometheus.Labels literals.
+// prometheus.{Counter,Gauge,Histogram,Summary}Opts literals' Name fields,
+// the names of prometheus.NewDesc calls (collectors' own metrics), and the
+// label names of New*Vec and NewDesc calls and prometheus.Labels literals.
 func loadCodeMetrics(t *testing.T) codeMetrics {
 	t.Helper()
 	cm := codeMetrics{kinds: map[string]metricKind{}, labels: map[string]bool{}}
@@ -90,7 +91,15 @@ func loadCodeMetrics(t *testing.T) codeMetrics {
 				}
 			case *ast.CallExpr:
 				sel, ok := n.Fun.(*ast.SelectorExpr)
-				if !ok || !isIdent(sel.X, "prometheus") || !strings.HasSuffix(sel.Sel.Name, "Vec") {
+				if !ok || !isIdent(sel.X, "prometheus") {
+					return true
+				}
+				if sel.Sel.Name == "NewDesc" && len(n.Args) > 0 {
+					// A collector's own metric (its values made at scrape time).
+					if name, ok := stringLit(n.Args[0]); ok {
+						cm.kinds[name] = "Desc"
+					}
+				} else if !strings.HasSuffix(sel.Sel.Name, "Vec") {
 					return true
 				}
 				for _, a := range n.Args {
@@ -387,7 +396,7 @@ func TestDashboard(t *testing.T) {
 		"allot_decisions_total", "allot_fallback_decisions_total", "allot_store_duration_seconds",
 		"allot_lease_valid", "allot_lease_remaining_seconds", "allot_grant_age_seconds", "allot_live_pods",
 		"allot_coordinator_is_leader", "allot_rebalance_duration_seconds", "allot_grant_writes_total",
-		"allot_reports_total", "allot_coordinator_reports_total",
+		"allot_reports_total", "allot_coordinator_reports_total", "allot_lease_units_total",
 	} {
 		if !queried[name] {
 			t.Errorf("the dashboard queries no %s", name)
@@ -467,6 +476,7 @@ func TestAlertRules(t *testing.T) {
 	for _, a := range []string{
 		"AllotFallbackDecisions", "AllotLeaseLapsed", "AllotNoCoordinatorLeader", "AllotTwoCoordinatorLeaders",
 		"AllotSlowRebalance", "AllotStoreErrors", "AllotGrantsStale", "AllotShadowDenials",
+		"AllotLeaseUnitsStranded",
 	} {
 		if !alerts[a] {
 			missing = append(missing, a)
