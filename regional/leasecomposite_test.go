@@ -2,6 +2,7 @@ package regional
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"math"
 	"math/rand/v2"
@@ -247,4 +248,58 @@ func TestLeasedCompositeConcurrent(t *testing.T) {
 		userAdmitted += admittedUser[i].Load()
 	}
 	t.Logf("users admitted %d, machines admitted %d of %d charged; lease stats %+v", userAdmitted, machineAdmitted, machineCharged, s)
+}
+
+// DecideMany decides requests with leased limits exactly as Decide decides
+// them one by one (two pods on identical stores and clocks): reserved
+// before the pipeline, after the tenant's earlier requests, settled after
+// it. Each round uses tenants of its own, so no lease lives across rounds
+// (leases expire on the real clock).
+func TestDecideManyLeasedMatchesDecide(t *testing.T) {
+	batched, bclock, bstore := countingPod(t)
+	single, sclock, _ := countingPod(t)
+	batched.applyPolicy(t, leaseCompositePolicy, "t1", limits(3))
+	single.applyPolicy(t, leaseCompositePolicy, "t1", limits(3))
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(12, 1))
+	denied := map[string]int{}
+	for round := range 30 {
+		reqs := make([]Request, 40+r.IntN(60))
+		for i := range reqs {
+			d := map[string]string{"tenant": fmt.Sprintf("r%d-t%d", round, r.IntN(2)*r.IntN(2))}
+			if r.IntN(4) != 0 {
+				d["machine"] = "m0"
+			}
+			if r.IntN(3) == 0 {
+				d["user"] = fmt.Sprintf("u%d", r.IntN(3))
+			}
+			cost := int64(1 + r.IntN(5)) // above the user's burst of 3: refused
+			if r.IntN(10) == 0 {
+				cost = 11 // above the lease: the machine limit is decided in the composite
+			}
+			reqs[i] = Request{Descriptors: d, Cost: cost}
+		}
+		got := batched.s.DecideMany(ctx, reqs)
+		for i, q := range reqs {
+			want, werr := single.s.Decide(ctx, q.Descriptors, q.Cost)
+			if (werr == nil) != (got[i].Err == nil) || (werr != nil && werr.Error() != got[i].Err.Error()) {
+				t.Fatalf("round %d request %d %v: DecideMany error %v, Decide error %v", round, i, q, got[i].Err, werr)
+			}
+			if got[i].Decision != want {
+				t.Fatalf("round %d request %d %v:\nDecideMany %+v\nDecide     %+v", round, i, q, got[i].Decision, want)
+			}
+			if werr == nil && !want.Allowed {
+				denied[want.Limit]++
+			}
+		}
+		step := time.Duration(r.IntN(400)) * time.Millisecond
+		bclock.Add(step)
+		sclock.Add(step)
+	}
+	if denied["user"] == 0 || denied["machine"] == 0 || bstore.manyElems.Load() == 0 {
+		t.Fatalf("denials by limit %v, %d requests pipelined: the test did not exercise both limits and batching", denied, bstore.manyElems.Load())
+	}
+	if a, b := batched.s.leases.Stats(), single.s.leases.Stats(); a != b {
+		t.Fatalf("lease stats differ:\nDecideMany %+v\nDecide     %+v", a, b)
+	}
 }
