@@ -48,6 +48,12 @@ type Grant struct {
 	Rate float64
 	// Burst is whole units, ≥ 1 whenever Rate > 0.
 	Burst int64
+	// FloorRate and FloorBurst are what the region falls back to when its
+	// lease lapses: the leader's word, never above Rate and Burst. A pod
+	// enforces the smaller of them and the floor it computes from its own
+	// copy of the budget (lowering on its own reading is always safe).
+	FloorRate  float64
+	FloorBurst int64
 	// Epoch orders the region's grants (see Report.Applied).
 	Epoch uint64
 }
@@ -88,6 +94,9 @@ type slot struct {
 	tgtB   int64   // and its burst target (else the burst)
 	nheld  int
 	held   [maxHeld]held // older grants the region may still enforce, oldest first
+	first  uint64        // epoch of the slot's first grant: until acknowledged, the cold floor may be in force
+	legR   float64       // the largest floor pods of an older term reported holding (see Legacy)
+	legB   int64
 }
 
 // held is an older grant a region may still be enforcing: until it
@@ -157,6 +166,45 @@ type regionState struct {
 	// grant of a tenant with a pending grow (0: none): an acknowledgement
 	// of it makes Grow worth running.
 	unblock uint64
+	// coldR, coldB: the largest cold floor the region's pods may hold (see
+	// SetCold).
+	coldR float64
+	coldB int64
+	// legacy: some pod that reported floors of an older term has not
+	// applied this term's grants yet (see Legacy).
+	legacy bool
+}
+
+// Legacy records that a pod of region, still holding grants of an older
+// term, enforces up to c for tenant once its lease lapsed: the leader counts
+// it in the region's ceiling until the region's pods have all applied this
+// term's first grant of the tenant and SetLegacyOpen(region, false).
+func (a *Allocator) Legacy(tenant, region string, c Ceiling) {
+	i, ok := a.regIdx[region]
+	if !ok || (c.Rate <= 0 && c.Burst <= 0) {
+		return
+	}
+	sl := &a.slots[a.tenant(tenant)*a.n+i]
+	sl.legR, sl.legB = max(sl.legR, c.Rate), max(sl.legB, c.Burst)
+}
+
+// SetLegacyOpen says whether some pod of region that reported an older
+// term's floors may not have applied this term's grants yet.
+func (a *Allocator) SetLegacyOpen(region string, open bool) {
+	if i, ok := a.regIdx[region]; ok {
+		a.regs[i].legacy = open
+	}
+}
+
+// SetCold records that pods of region may enforce up to c for a tenant they
+// hold no grant of, while their lease is valid: the leader counts it in the
+// region's ceiling of every tenant until the tenant's first grant there is
+// acknowledged. The recorded value only grows within an allocator's life.
+func (a *Allocator) SetCold(region string, c Ceiling) {
+	if i, ok := a.regIdx[region]; ok {
+		reg := &a.regs[i]
+		reg.coldR, reg.coldB = max(reg.coldR, c.Rate), max(reg.coldB, c.Burst)
+	}
 }
 
 // Allocator is the leader's state: demand estimates, grants with epochs,
@@ -601,15 +649,15 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change, growOnly boo
 			hr, hb = max(hr, sl.rate), max(hb, sl.burst)
 			if hr > a.fr[i]*(1+eps) || hb > a.fb[i] {
 				reg.epoch++
-				*sl = slot{rate: a.fr[i], burst: a.fb[i], epoch: reg.epoch, demand: sl.demand, fast: sl.fast, stamp: sl.stamp}
+				*sl = slot{rate: a.fr[i], burst: a.fb[i], epoch: reg.epoch, demand: sl.demand, fast: sl.fast, stamp: sl.stamp, legR: sl.legR, legB: sl.legB}
 				out = append(out, Change{
 					Tenant: a.tenants[k].name, Region: a.cfg.Regions[i],
-					Grant:    Grant{Rate: sl.rate, Burst: sl.burst, Epoch: sl.epoch},
+					Grant:    Grant{Rate: sl.rate, Burst: sl.burst, FloorRate: sl.rate, FloorBurst: sl.burst, Epoch: sl.epoch},
 					Ceiling:  Ceiling{Rate: sl.rate, Burst: sl.burst},
 					MinEpoch: reg.minEpoch,
 				})
 			} else {
-				*sl = slot{demand: sl.demand, fast: sl.fast, stamp: sl.stamp}
+				*sl = slot{demand: sl.demand, fast: sl.fast, stamp: sl.stamp, legR: sl.legR, legB: sl.legB}
 			}
 		}
 		cr, cb := a.fr[i], a.fb[i]
@@ -619,6 +667,19 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change, growOnly boo
 			hr, hb := sl.heldMax()
 			curR, curB = sl.rate, sl.burst
 			cr, cb = max(cr, sl.rate, hr), max(cb, sl.burst, hb)
+		}
+		unacked := sl.epoch == 0 || sl.first > reg.acked
+		if unacked {
+			// A leased pod lacking the tenant's first grant enforces the
+			// cold floor.
+			cr, cb = max(cr, reg.coldR), max(cb, reg.coldB)
+		}
+		if sl.legR > 0 || sl.legB > 0 {
+			if unacked || reg.legacy {
+				cr, cb = max(cr, sl.legR), max(cb, sl.legB)
+			} else {
+				sl.legR, sl.legB = 0, 0
+			}
 		}
 		a.cr[i], a.cb[i], a.curR[i], a.curB[i] = cr, cb, curR, curB
 		sumCR += cr
@@ -673,7 +734,20 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change, growOnly boo
 		}
 	default:
 		if !a.targetsRebalanced(s, R) {
-			return out // no demand and no grants: floors stand, nothing to write
+			// No demand and no grants: each region gets its floor as a
+			// grant, so that its pods enforce the leader's floor rather
+			// than one of their own.
+			copy(a.tr, a.fr)
+			copy(a.tb, a.fb)
+		}
+	}
+	// A region that holds no grant yet gets one (a zero one included)
+	// whatever the deadband says: until it has acknowledged it, its leased
+	// pods enforce the cold floor (see SetCold).
+	fresh := false
+	for i := range n {
+		if s[i].epoch == 0 {
+			fresh = true
 		}
 	}
 
@@ -682,8 +756,13 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change, growOnly boo
 	copy(a.ut, a.tr)
 	if a.cfg.Slew > 0 && (mode == ModeRebalanced || mode == ModeStatic) {
 		lim := a.cfg.Slew * R
+		over := sumCur > R*(1+eps) // the budget shrank: shrinks are not slewed
 		for i := range n {
-			a.tr[i] = min(max(a.tr[i], a.curR[i]-lim), a.curR[i]+lim)
+			lo := a.curR[i] - lim
+			if over {
+				lo = a.tr[i]
+			}
+			a.tr[i] = min(max(a.tr[i], lo), a.curR[i]+lim)
 		}
 	}
 
@@ -701,7 +780,7 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change, growOnly boo
 	if freeR >= db/2 {
 		growAt = tiny
 	}
-	grow, quiet := false, !safety
+	grow, quiet := false, !safety && !fresh
 	for i := range n {
 		d := a.tr[i] - a.curR[i]
 		grow = grow || d > db
@@ -716,7 +795,7 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change, growOnly boo
 	for i := range n {
 		d := a.tr[i] - a.curR[i]
 		switch {
-		case d > growAt:
+		case d > growAt || s[i].epoch == 0:
 			a.act[i] = actGrow
 		case d < -tiny && (-d > db || grow || safety):
 			a.act[i] = actShrink
@@ -772,11 +851,16 @@ func (a *Allocator) apply(k int, s []slot, mode Mode, rate float64, burst int64,
 		switch act {
 		case actGrow:
 			if freeR < -tiny && mode != ModeFull {
-				// The ceilings overstate the budget (a new leader's
-				// persisted ceilings, or R shrank): a region may not
-				// really be enforcing its ceiling, so even a grow within
-				// it could add real load. Grow nothing until they fit.
-				continue
+				// The ceilings overstate the budget (cold floors, an older
+				// term's floors, or R shrank): a region may not really be
+				// enforcing its ceiling, so even a grow within it could add
+				// real load. Grow nothing until they fit; a region with no
+				// grant yet gets a zero one, which retires its cold floor
+				// once acknowledged.
+				if s[i].epoch == 0 {
+					nr = 0
+				}
+				break // (a burst above its target still shrinks below)
 			}
 			nr = min(a.tr[i], a.cr[i]+max(0, a.tr[i]-a.cr[i])*scaleR)
 			nr = max(nr, a.curR[i])
@@ -784,6 +868,8 @@ func (a *Allocator) apply(k int, s []slot, mode Mode, rate float64, burst int64,
 			nr = a.tr[i]
 		}
 		switch {
+		case nr == 0 && act == actGrow:
+			nb = 0
 		case freeB < 0 && mode != ModeFull:
 			nb = min(a.tb[i], a.curB[i]) // likewise for bursts
 		case a.tb[i] <= a.cb[i]:
@@ -797,24 +883,29 @@ func (a *Allocator) apply(k int, s []slot, mode Mode, rate float64, burst int64,
 			// A positive rate needs a unit of burst and none is free yet.
 			continue
 		}
-		if act == actGrow && nr-a.curR[i] < min(db, freeR)/2 && nr < a.tr[i]-tiny && nb <= a.curB[i] {
-			continue // too little room yet: wait for acknowledgements
-		}
-		if math.Abs(nr-a.curR[i]) <= tiny && nb == a.curB[i] {
-			continue
+		sl := &s[i]
+		if sl.epoch != 0 {
+			if act == actGrow && nr-a.curR[i] < min(db, freeR)/2 && nr < a.tr[i]-tiny && nb <= a.curB[i] {
+				continue // too little room yet: wait for acknowledgements
+			}
+			if math.Abs(nr-a.curR[i]) <= tiny && nb == a.curB[i] {
+				continue
+			}
 		}
 		reg := &a.regs[i]
-		sl := &s[i]
 		reg.epoch++
 		if sl.epoch != 0 {
 			sl.push(held{rate: sl.rate, burst: sl.burst, until: reg.epoch})
+		} else {
+			sl.first = reg.epoch
 		}
 		hr, hb := sl.heldMax()
 		hr, hb = max(hr, a.fr[i]), max(hb, a.fb[i])
 		sl.rate, sl.burst, sl.epoch = nr, nb, reg.epoch
 		out = append(out, Change{
 			Tenant: a.tenants[k].name, Region: a.cfg.Regions[i],
-			Grant:    Grant{Rate: nr, Burst: nb, Epoch: reg.epoch},
+			Grant: Grant{Rate: nr, Burst: nb, FloorRate: min(a.fr[i], nr), FloorBurst: min(a.fb[i], nb),
+				Epoch: reg.epoch},
 			Ceiling:  Ceiling{Rate: max(hr, nr), Burst: max(hb, nb)},
 			MinEpoch: reg.minEpoch,
 		})

@@ -1,0 +1,566 @@
+package shares
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"time"
+)
+
+// ErrForgedReport: a report claims state its leader never issued (a term
+// above the leader's, an epoch above what was issued to its region, a
+// negative share). It is rejected and changes nothing.
+var ErrForgedReport = errors.New("shares: impossible report")
+
+// ErrTooManyPods: a region already has LeaderConfig.MaxPodsPerRegion pods
+// that may hold a lease; a report from yet another pod is refused.
+var ErrTooManyPods = errors.New("shares: too many pods in the region")
+
+// LeaderConfig configures a [Leader]: one term of leadership.
+type LeaderConfig struct {
+	// Config is the allocator's (regions, intervals, lease, smoothing).
+	Config
+	// Term identifies this term; it must be greater than every earlier
+	// term's (the coordinator uses its etcd election revision, shifted, plus
+	// a counter of the terms it started itself).
+	Term uint64
+	// Learning is how long after the term starts the leader only learns:
+	// it answers reports without renewing any lease and grants nothing,
+	// so that every lease an older term granted has expired before it
+	// hands out capacity. It must be at least Lease (the coordinator adds
+	// its election session TTL, which bounds how long a deposed leader may
+	// still answer).
+	Learning time.Duration
+	// MaxPodsPerRegion bounds the pods of one region the leader tracks.
+	// Default 256.
+	MaxPodsPerRegion int
+	// MaxTenants caps the tenants the leader tracks; usage of further
+	// tenants is dropped (they stay on cold floors) and counted. 0: no cap.
+	MaxTenants int
+	// ValidTenant checks a reported tenant name; nil accepts any non-empty
+	// name.
+	ValidTenant func(string) error
+}
+
+// Validate checks c. Errors name the field.
+func (c LeaderConfig) Validate() error {
+	if err := c.Config.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case c.Term == 0:
+		return configErr("Term", "must be positive")
+	case c.Learning < c.Lease:
+		return configErr("Learning", "%v: must be at least Lease (%v), or a new leader could grant capacity an older term's lease still holds", c.Learning, c.Lease)
+	case c.MaxPodsPerRegion < 0:
+		return configErr("MaxPodsPerRegion", "%d: must not be negative", c.MaxPodsPerRegion)
+	case c.MaxTenants < 0:
+		return configErr("MaxTenants", "%d: must not be negative", c.MaxTenants)
+	}
+	return nil
+}
+
+// PodReport is one pod's report to the leader.
+type PodReport struct {
+	Region string
+	// Pod identifies the process (unique per process: a restarted pod is a
+	// new pod).
+	Pod string
+	// Term and Applied are the term whose grants the pod holds and the
+	// region epoch up to which it applied them (0, 0: none).
+	Term, Applied uint64
+	// Interval is the span Usage covers (> 0).
+	Interval time.Duration
+	Usage    map[string]Usage
+	// LivePods is the region's pod count as the pod's gossip sees it (0:
+	// no gossip).
+	LivePods int
+	// Held lists the grants the pod holds from an older term than the
+	// answering leader's (see Pod.Held): their floors outlive the lease.
+	Held []Entry
+}
+
+// Entry is one tenant's grant in an [Answer].
+type Entry struct {
+	Tenant string
+	Grant  Grant
+}
+
+// Answer is the leader's answer to a report.
+type Answer struct {
+	Term uint64
+	// Learning: the leader is in its learning period; nothing is renewed
+	// and the pod keeps what it holds.
+	Learning bool
+	// Lease lets the pod enforce its grants until it sent the report plus
+	// Lease, minus its drift margin.
+	Lease time.Duration
+	// Full: Entries are every grant of the region; the pod drops the rest.
+	Full bool
+	// Epoch: once Entries are applied the pod holds every grant of the
+	// region up to this epoch.
+	Epoch   uint64
+	Entries []Entry
+	// Cold is what the pod enforces for a tenant it holds no grant of (the
+	// smaller of it and the tenant's floor by the pod's own reading).
+	Cold Ceiling
+	// SharePods: while its lease is valid, the pod's fail-open limits
+	// admit at most 1/SharePods of what the region enforces. 0: the pod
+	// may not fail open.
+	SharePods int
+	// Pods is how many pods of the region may hold a lease.
+	Pods int
+}
+
+// LeaderStats is what a Leader counts, for metrics.
+type LeaderStats struct {
+	Reports, Rejected, Learning, FullSyncs int64
+	EntriesSent                            int64
+	DroppedTenants                         int64 // usage of tenants beyond MaxTenants
+}
+
+// podRec is the leader's record of one pod.
+type podRec struct {
+	acked    uint64    // every grant up to this epoch applied (this term)
+	expires  time.Time // leader clock: the pod's lease surely ended by then
+	lastSeen time.Time
+	live     int
+}
+
+// logRec is one grant change of a region, in epoch order.
+type logRec struct {
+	tenant string
+	grant  Grant
+}
+
+type leaderRegion struct {
+	name    string
+	pods    map[string]*podRec
+	log     []logRec
+	current map[string]Grant // newest grant per tenant
+	window  map[string]Usage
+	wStart  time.Time
+	any     bool
+	cold    Ceiling
+	// shareD is the fail-open denominator, raised at epoch shareEpoch.
+	shareD     int
+	shareEpoch uint64
+	// dumpers are the pods that reported an older term's grants and have
+	// not reported this term's since, with when their record expires.
+	dumpers map[string]time.Time
+}
+
+// Leader is one term of the coordinator's leadership, pure: it takes pods'
+// reports, answers each with a renewal and the region's grants that changed
+// since the epoch the pod applied, and runs the [Allocator]. See
+// docs/protocol.md. Not safe for concurrent use.
+type Leader struct {
+	cfg     LeaderConfig
+	alloc   *Allocator
+	start   time.Time
+	regs    []leaderRegion
+	regIdx  map[string]int
+	stats   LeaderStats
+	tracked map[string]struct{}
+	deflt   *Budget             // the default tier (nil: unknown tenants denied)
+	legacy  map[string]struct{} // tenants older terms' pods reported
+	// rebalanced: the first rebalance after learning ran; until then
+	// reports are answered as in learning.
+	rebalanced bool
+}
+
+// NewLeader starts a term at now.
+func NewLeader(now time.Time, cfg LeaderConfig) (*Leader, error) {
+	if cfg.MaxPodsPerRegion == 0 {
+		cfg.MaxPodsPerRegion = 256
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	a, err := NewAllocator(cfg.Config)
+	if err != nil {
+		return nil, err
+	}
+	l := &Leader{cfg: cfg, alloc: a, start: now, regIdx: map[string]int{}, tracked: map[string]struct{}{},
+		legacy: map[string]struct{}{}}
+	for i, r := range cfg.Regions {
+		l.regIdx[r] = i
+		l.regs = append(l.regs, leaderRegion{name: r, pods: map[string]*podRec{}, current: map[string]Grant{},
+			window: map[string]Usage{}, wStart: now, dumpers: map[string]time.Time{}})
+	}
+	return l, nil
+}
+
+// Term returns the leader's term.
+func (l *Leader) Term() uint64 { return l.cfg.Term }
+
+// Allocator returns the allocator, for read-only views (grants, demand).
+func (l *Leader) Allocator() *Allocator { return l.alloc }
+
+// Learning reports whether the leader is still in its learning period at now.
+func (l *Leader) Learning(now time.Time) bool { return now.Before(l.start.Add(l.cfg.Learning)) }
+
+// LearningUntil returns when the learning period ends.
+func (l *Leader) LearningUntil() time.Time { return l.start.Add(l.cfg.Learning) }
+
+// Stats returns the counters.
+func (l *Leader) Stats() LeaderStats { return l.stats }
+
+// Tenants returns how many tenants the leader tracks.
+func (l *Leader) Tenants() int { return len(l.alloc.tenants) }
+
+// SetDefault sets the budget of tenants that have none of their own (the
+// policy's default tier), or nil when pods deny such tenants. Its floor in
+// each region is the cold floor: what a pod enforces for a tenant it holds
+// no grant of, while its lease is valid. Pods take it with their next
+// answer.
+func (l *Leader) SetDefault(b *Budget) {
+	if b != nil && b.Validate(l.cfg.Regions) != nil {
+		b = nil
+	}
+	l.deflt = b
+	for i := range l.regs {
+		var c Ceiling
+		if b != nil {
+			c.Rate, c.Burst = Floor(*b, l.cfg.Regions, l.regs[i].name)
+		}
+		l.regs[i].cold = c
+		l.alloc.SetCold(l.regs[i].name, c)
+	}
+}
+
+func reportErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidReport, fmt.Sprintf(format, args...))
+}
+
+// validate checks r against what this leader knows; nothing changes.
+func (l *Leader) validate(r *PodReport) (int, error) {
+	i, ok := l.regIdx[r.Region]
+	if !ok {
+		return 0, fmt.Errorf("region %q (regions: %v): %w", r.Region, l.cfg.Regions, ErrUnknownRegion)
+	}
+	switch {
+	case r.Pod == "" || len(r.Pod) > 253:
+		return 0, reportErr("pod: %q: want a name of 1 to 253 bytes", r.Pod)
+	case r.Interval <= 0 || r.Interval > 100*l.cfg.Interval:
+		return 0, reportErr("interval: %v: want a positive span of at most 100 rebalance intervals", r.Interval)
+	case r.Term > l.cfg.Term:
+		return 0, fmt.Errorf("%w: term %d is above the leader's (%d)", ErrForgedReport, r.Term, l.cfg.Term)
+	case r.Term == l.cfg.Term && r.Applied > l.alloc.regs[i].epoch:
+		return 0, fmt.Errorf("%w: applied epoch %d is above the %d issued to region %q", ErrForgedReport, r.Applied, l.alloc.regs[i].epoch, r.Region)
+	case r.LivePods < 0:
+		return 0, reportErr("live_pods: %d: must not be negative", r.LivePods)
+	}
+	for t, u := range r.Usage {
+		if t == "" {
+			return 0, reportErr("usage: empty tenant name")
+		}
+		if l.cfg.ValidTenant != nil {
+			if err := l.cfg.ValidTenant(t); err != nil {
+				return 0, reportErr("usage[%q]: %v", t, err)
+			}
+		}
+		if !(u.Offered >= 0) || math.IsInf(u.Offered, 0) || !(u.Admitted >= 0) || math.IsInf(u.Admitted, 0) {
+			return 0, reportErr("usage[%q]: offered %v, admitted %v: must be finite and ≥ 0", t, u.Offered, u.Admitted)
+		}
+		if u.Admitted > u.Offered*(1+1e-9)+1e-9 {
+			return 0, reportErr("usage[%q]: admitted %v exceeds offered %v", t, u.Admitted, u.Offered)
+		}
+	}
+	return i, nil
+}
+
+// Report takes pod report r at now (leader clock) and answers it. An
+// invalid or impossible report is an error and changes nothing.
+func (l *Leader) Report(now time.Time, r PodReport) (Answer, error) {
+	i, err := l.validate(&r)
+	if err != nil {
+		l.stats.Rejected++
+		return Answer{}, err
+	}
+	reg := &l.regs[i]
+	prev := reg.pods[r.Pod]
+	hadLease := prev != nil && now.Before(prev.expires)
+	if !hadLease && l.leasedPods(reg, now) >= l.cfg.MaxPodsPerRegion {
+		l.stats.Rejected++
+		return Answer{}, fmt.Errorf("%w: %q already has %d", ErrTooManyPods, r.Region, l.cfg.MaxPodsPerRegion)
+	}
+	l.stats.Reports++
+	l.accumulate(reg, r)
+	if r.Term != l.cfg.Term && len(r.Held) > 0 {
+		// Grants of an older term: their floors outlive the lease.
+		for _, e := range r.Held {
+			if l.cfg.ValidTenant != nil && l.cfg.ValidTenant(e.Tenant) != nil {
+				continue
+			}
+			l.alloc.Legacy(e.Tenant, r.Region, Ceiling{Rate: e.Grant.FloorRate, Burst: e.Grant.FloorBurst})
+			l.legacy[e.Tenant] = struct{}{}
+		}
+		reg.dumpers[r.Pod] = now.Add(l.cfg.Lease)
+	} else if r.Term == l.cfg.Term {
+		delete(reg.dumpers, r.Pod)
+	}
+	if l.Learning(now) || !l.rebalanced || (r.Term != 0 && r.Term != l.cfg.Term && r.Held == nil) {
+		// Learning; or a pod of an older term that has not said what it
+		// holds: it will (an answer with this term asks it to).
+		l.stats.Learning++
+		return Answer{Term: l.cfg.Term, Learning: true}, nil
+	}
+	synced := r.Term == l.cfg.Term && r.Applied > 0
+	p := prev
+	if p == nil {
+		p = &podRec{}
+	}
+	reg.pods[r.Pod] = p // (leasedPods may have dropped an expired record)
+	p.expires, p.lastSeen, p.live = now.Add(l.cfg.Lease), now, r.LivePods
+	// The fail-open share: 1/D of the region for every pod, with D at
+	// least the pods that may hold a lease. Raising D (smaller shares) is
+	// a change of the region's epoch; a share is handed out only once
+	// every leased pod applied the last raise, so a pod that just joined
+	// gets none while another may still hold a larger one.
+	n := l.leasedPods(reg, now)
+	if n > reg.shareD {
+		reg.shareD = n
+		l.alloc.regs[i].epoch++
+		reg.shareEpoch = l.alloc.regs[i].epoch
+	} else if n < reg.shareD {
+		reg.shareD = n // larger shares: the pods that left hold none
+	}
+	epoch := l.alloc.regs[i].epoch
+	if hadLease {
+		// It may still enforce what it held when it sent this report.
+		if r.Term == l.cfg.Term {
+			p.acked = max(p.acked, r.Applied)
+		}
+	} else {
+		// It holds no lease: until it applies this answer (which brings it
+		// to epoch) it enforces floors and has no fail-open share.
+		p.acked = epoch
+	}
+
+	ans := Answer{Term: l.cfg.Term, Lease: l.cfg.Lease, Epoch: epoch, Cold: reg.cold, Pods: n}
+	if synced {
+		ans.Entries = l.delta(reg, r.Applied)
+	} else {
+		ans.Full = true
+		ans.Entries = l.full(reg)
+		l.stats.FullSyncs++
+	}
+	l.stats.EntriesSent += int64(len(ans.Entries))
+	ack, _ := l.regionAck(reg, now) // p itself holds a lease: never empty
+	if ack >= reg.shareEpoch {
+		ans.SharePods = reg.shareD
+	}
+	_, _ = l.alloc.Ack(r.Region, ack)
+	return ans, nil
+}
+
+// accumulate adds r's usage to its region's window.
+func (l *Leader) accumulate(reg *leaderRegion, r PodReport) {
+	if !reg.any {
+		reg.any = true
+	}
+	for t, u := range r.Usage {
+		if _, ok := reg.window[t]; !ok && l.cfg.MaxTenants > 0 {
+			if _, known := l.alloc.tIdx[t]; !known {
+				if _, ok := l.tracked[t]; !ok {
+					if len(l.alloc.tenants)+len(l.tracked) >= l.cfg.MaxTenants {
+						l.stats.DroppedTenants++
+						continue
+					}
+					l.tracked[t] = struct{}{}
+				}
+			}
+		}
+		acc := reg.window[t]
+		acc.Offered += u.Offered
+		acc.Admitted += u.Admitted
+		reg.window[t] = acc
+	}
+}
+
+// leasedPods counts the pods of reg whose lease may be valid at now,
+// forgetting those whose lease surely ended.
+func (l *Leader) leasedPods(reg *leaderRegion, now time.Time) int {
+	n := 0
+	for id, p := range reg.pods {
+		if now.Before(p.expires) {
+			n++
+		} else {
+			delete(reg.pods, id)
+		}
+	}
+	return n
+}
+
+// regionAck is the smallest epoch applied by the pods that may hold a lease.
+func (l *Leader) regionAck(reg *leaderRegion, now time.Time) (uint64, bool) {
+	ack, any := uint64(math.MaxUint64), false
+	for _, p := range reg.pods {
+		if now.Before(p.expires) {
+			ack, any = min(ack, p.acked), true
+		}
+	}
+	return ack, any
+}
+
+// delta returns the region's grants newer than applied, newest per tenant.
+func (l *Leader) delta(reg *leaderRegion, applied uint64) []Entry {
+	k := sort.Search(len(reg.log), func(j int) bool { return reg.log[j].grant.Epoch > applied })
+	if k == len(reg.log) {
+		return nil
+	}
+	out := make([]Entry, 0, len(reg.log)-k)
+	for _, rec := range reg.log[k:] {
+		if cur, ok := reg.current[rec.tenant]; ok && cur.Epoch == rec.grant.Epoch {
+			out = append(out, Entry{Tenant: rec.tenant, Grant: rec.grant})
+		}
+	}
+	return out
+}
+
+// full returns every current grant of the region, in epoch order.
+func (l *Leader) full(reg *leaderRegion) []Entry {
+	out := make([]Entry, 0, len(reg.current))
+	for t, g := range reg.current {
+		out = append(out, Entry{Tenant: t, Grant: g})
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Grant.Epoch < out[b].Grant.Epoch })
+	return out
+}
+
+// record appends changes to their regions' logs, compacting a log that
+// holds mostly superseded records.
+func (l *Leader) record(changes []Change) {
+	for _, c := range changes {
+		i, ok := l.regIdx[c.Region]
+		if !ok {
+			continue
+		}
+		reg := &l.regs[i]
+		reg.log = append(reg.log, logRec{tenant: c.Tenant, grant: c.Grant})
+		reg.current[c.Tenant] = c.Grant
+	}
+	for i := range l.regs {
+		reg := &l.regs[i]
+		if len(reg.log) > 2*len(reg.current)+64 {
+			kept := reg.log[:0]
+			for _, rec := range reg.log {
+				if cur := reg.current[rec.tenant]; cur.Epoch == rec.grant.Epoch {
+					kept = append(kept, rec)
+				}
+			}
+			clear(reg.log[len(kept):])
+			reg.log = kept
+		}
+	}
+}
+
+// fold feeds every region's accumulated usage to the allocator.
+func (l *Leader) fold(now time.Time) {
+	for i := range l.regs {
+		reg := &l.regs[i]
+		open := false
+		for id, exp := range reg.dumpers {
+			if now.Before(exp) {
+				open = true
+			} else {
+				delete(reg.dumpers, id)
+			}
+		}
+		l.alloc.SetLegacyOpen(reg.name, open)
+		if !reg.any {
+			continue
+		}
+		interval := now.Sub(reg.wStart)
+		if interval <= 0 {
+			interval = time.Millisecond
+		}
+		_, _ = l.alloc.Report(now, Report{Region: reg.name, Interval: interval, Usage: reg.window})
+		if ack, ok := l.regionAck(reg, now); ok && !l.Learning(now) {
+			_, _ = l.alloc.Ack(reg.name, ack)
+		}
+		reg.window, reg.wStart, reg.any = map[string]Usage{}, now, false
+	}
+	clear(l.tracked)
+}
+
+// Window returns the usage region accumulated since the last rebalance (for
+// the status page). Do not modify it.
+func (l *Leader) Window(region string) map[string]Usage {
+	if i, ok := l.regIdx[region]; ok {
+		return l.regs[i].window
+	}
+	return nil
+}
+
+// Rebalance folds the reports received since the last call and, once the
+// learning period is over, rebalances every tenant of budgets. It returns
+// the grants that changed; they reach pods in the answers to their reports.
+func (l *Leader) Rebalance(now time.Time, budgets map[string]Budget) []Change {
+	l.fold(now)
+	if l.Learning(now) {
+		return nil
+	}
+	if l.deflt != nil {
+		// Tenants that pods reported holding or using get the default
+		// tier when the caller has no budget for them.
+		for t := range l.legacy {
+			if _, ok := budgets[t]; !ok {
+				budgets[t] = *l.deflt
+			}
+		}
+	}
+	changes := l.alloc.Rebalance(now, budgets)
+	l.record(changes)
+	l.rebalanced = true
+	return changes
+}
+
+// Growable reports whether Grow may write something now.
+func (l *Leader) Growable() bool { return l.alloc.Growable() }
+
+// Grow completes the grows acknowledgements have made room for since the
+// last Rebalance (see Allocator.Grow).
+func (l *Leader) Grow(now time.Time) []Change {
+	if l.Learning(now) {
+		return nil
+	}
+	changes := l.alloc.Grow(now)
+	l.record(changes)
+	return changes
+}
+
+// PodView is the leader's record of one pod, for status pages.
+type PodView struct {
+	Pod      string
+	Acked    uint64
+	Expires  time.Time
+	LastSeen time.Time
+	Live     int
+}
+
+// Pods returns the pods of region that may hold a lease at now.
+func (l *Leader) Pods(region string, now time.Time) []PodView {
+	i, ok := l.regIdx[region]
+	if !ok {
+		return nil
+	}
+	var out []PodView
+	for id, p := range l.regs[i].pods {
+		if now.Before(p.expires) {
+			out = append(out, PodView{Pod: id, Acked: p.acked, Expires: p.expires, LastSeen: p.lastSeen, Live: p.live})
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Pod < out[b].Pod })
+	return out
+}
+
+// Epoch returns the last epoch issued to region.
+func (l *Leader) Epoch(region string) uint64 {
+	if i, ok := l.regIdx[region]; ok {
+		return l.alloc.regs[i].epoch
+	}
+	return 0
+}

@@ -1,0 +1,192 @@
+package shares
+
+import "time"
+
+// Pod is one regional pod's side of the protocol, pure: the grants the
+// leader's answers carried, the lease, the cold floor and the fail-open
+// share, and what the pod enforces from them. The regional service wraps
+// one; the protocol checker drives many. Not safe for concurrent use.
+//
+// A pod never raises what it enforces on its own reading of a budget: it
+// enforces the leader's numbers, lowered (never raised) by the floor it
+// computes from its own copy of the budget.
+type Pod struct {
+	region string
+	drift  time.Duration
+
+	synced     bool // applied a term's full grants once
+	leader     uint64 // the term of the last answer (learning ones too)
+	term       uint64
+	epoch      uint64
+	grants     map[string]Grant
+	leaseUntil time.Time // zero: never renewed
+	lastSent   time.Time // the report whose answer set cold and share
+	cold       Ceiling
+	shareD     int
+	pods       int
+}
+
+// NewPod returns the state of a pod of region. drift is subtracted from
+// every lease (clock rate differences between pod and leader must fit).
+func NewPod(region string, drift time.Duration) *Pod {
+	return &Pod{region: region, drift: drift, grants: map[string]Grant{}}
+}
+
+// Region returns the pod's region.
+func (p *Pod) Region() string { return p.region }
+
+// State returns what the pod's next report carries: the term of its grants
+// and the epoch up to which it applied them.
+func (p *Pod) State() (term, applied uint64) { return p.term, p.epoch }
+
+// Held returns the grants the pod holds when they are of an older term than
+// the leader's that last answered: the next report carries them (their
+// floors outlive the lease, and the new leader must count them). nil
+// otherwise.
+func (p *Pod) Held() []Entry {
+	if p.term == 0 || p.term == p.leader || p.leader == 0 {
+		return nil
+	}
+	out := make([]Entry, 0, len(p.grants))
+	for t, g := range p.grants {
+		out = append(out, Entry{Tenant: t, Grant: g})
+	}
+	if len(out) == 0 {
+		out = []Entry{}
+	}
+	return out
+}
+
+// Synced reports whether the pod ever received a term's grants. Until then
+// it enforces nothing for budget limits.
+func (p *Pod) Synced() bool { return p.synced }
+
+// Answered applies the leader's answer to the report the pod sent at sentAt
+// (pod clock). Answers may arrive late, twice or out of order: an answer of
+// an older term is ignored, grants apply only when newer than the tenant's,
+// and the lease only ever grows. own, when not nil, returns a tenant's floor
+// by the pod's own reading: each grant's floor is lowered to it as it is
+// applied (see LowerFloors).
+func (p *Pod) Answered(sentAt time.Time, a Answer, own func(tenant string) Ceiling) {
+	if a.Term == 0 {
+		return
+	}
+	p.leader = max(p.leader, a.Term)
+	if a.Learning || a.Term < p.term {
+		return
+	}
+	if a.Term > p.term {
+		if !a.Full {
+			return // cannot happen from an honest leader: wait for a full answer
+		}
+		p.term, p.epoch = a.Term, 0
+		p.leaseUntil, p.lastSent = time.Time{}, time.Time{}
+		p.shareD = 0
+	}
+	if a.Full && a.Epoch >= p.epoch {
+		clear(p.grants)
+		p.epoch = 0
+	}
+	for _, e := range a.Entries {
+		if g, ok := p.grants[e.Tenant]; ok && g.Epoch >= e.Grant.Epoch {
+			continue
+		}
+		g := e.Grant
+		if own != nil {
+			c := own(e.Tenant)
+			g.FloorRate, g.FloorBurst = min(g.FloorRate, c.Rate), min(g.FloorBurst, c.Burst)
+		}
+		p.grants[e.Tenant] = g
+	}
+	if a.Epoch >= p.epoch {
+		p.epoch = a.Epoch
+		if !sentAt.Before(p.lastSent) {
+			p.lastSent = sentAt
+			p.cold, p.shareD, p.pods = a.Cold, a.SharePods, a.Pods
+		}
+	}
+	p.synced = true
+	if until := sentAt.Add(a.Lease - p.drift); until.After(p.leaseUntil) {
+		p.leaseUntil = until
+	}
+}
+
+// LowerFloors lowers every grant's floor to the tenant's floor by the pod's
+// own reading (own returns it), so that a later reading that rises again
+// cannot raise what a pod whose lease lapsed enforces. Call it whenever the
+// pod's copy of the policy or of a budget changes.
+func (p *Pod) LowerFloors(own func(tenant string) Ceiling) {
+	for t, g := range p.grants {
+		c := own(t)
+		if c.Rate < g.FloorRate || c.Burst < g.FloorBurst {
+			g.FloorRate, g.FloorBurst = min(g.FloorRate, c.Rate), min(g.FloorBurst, c.Burst)
+			p.grants[t] = g
+		}
+	}
+}
+
+// Removed records that a leader refused the pod's report because its
+// region is not in the policy: the pod drops every grant, floor and lease
+// and enforces nothing for budget limits until a leader answers it again.
+func (p *Pod) Removed() {
+	clear(p.grants)
+	p.leaseUntil, p.cold, p.shareD = time.Time{}, Ceiling{}, 0
+	p.epoch = 0
+	p.term = 0
+}
+
+// Leased reports whether the pod's lease is valid at now.
+func (p *Pod) Leased(now time.Time) bool {
+	return !p.leaseUntil.IsZero() && now.Before(p.leaseUntil)
+}
+
+// LeaseUntil returns when the lease ends (zero: never renewed).
+func (p *Pod) LeaseUntil() time.Time { return p.leaseUntil }
+
+// Grant returns the tenant's grant as last applied.
+func (p *Pod) Grant(tenant string) (Grant, bool) {
+	g, ok := p.grants[tenant]
+	return g, ok
+}
+
+// Grants returns how many tenants the pod holds grants of.
+func (p *Pod) Grants() int { return len(p.grants) }
+
+// Effective returns what the pod enforces for tenant at now on the Redis
+// path. own is the tenant's floor by the pod's own reading of the budget
+// (see [Floor]); it only ever lowers the leader's floors. leased reports
+// whether a leased grant applies. A tenant it holds no grant of gets the
+// cold floor while the lease is valid and nothing after. Before the pod
+// synced it enforces 0.
+func (p *Pod) Effective(now time.Time, tenant string, own Ceiling) (rate float64, burst int64, leased bool) {
+	if !p.synced {
+		return 0, 0, false
+	}
+	g, ok := p.grants[tenant]
+	leased = p.Leased(now)
+	switch {
+	case ok && leased:
+		return g.Rate, g.Burst, true
+	case ok:
+		return min(g.FloorRate, own.Rate), min(g.FloorBurst, own.Burst), false
+	case leased:
+		// A tenant the leader has not granted yet: the cold floor, which
+		// the leader counts for every leased pod lacking the tenant.
+		return min(p.cold.Rate, own.Rate), min(p.cold.Burst, own.Burst), false
+	}
+	return 0, 0, false
+}
+
+// FailOpenShare returns the denominator of the pod's fail-open share at
+// now: its fail-open limits admit at most 1/d of what the region enforces.
+// 0 means the pod may not fail open (no valid lease, or a share not yet
+// handed out).
+func (p *Pod) FailOpenShare(now time.Time) int {
+	if !p.Leased(now) {
+		return 0
+	}
+	return p.shareD
+}
+
+// Pods returns the region's pod count as the leader last counted it.
+func (p *Pod) Pods() int { return p.pods }

@@ -1,0 +1,925 @@
+package protocheck
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/allot-dev/allot/shares"
+)
+
+// Options shapes a run. The zero value of a field takes its default.
+type Options struct {
+	// Duration is the simulated span of a run. Default 120s.
+	Duration time.Duration
+	// Interval is the rebalance interval P. Default 1s.
+	Interval time.Duration
+	// ReportEvery is each pod's report interval. Default 1s.
+	ReportEvery time.Duration
+	// Lease is L. Default 5s.
+	Lease time.Duration
+	// SessionTTL is the election session TTL. Default 2s.
+	SessionTTL time.Duration
+	// Drift is the pods' lease margin. Default 100ms.
+	Drift time.Duration
+	// PodsPerRegion is how many pods each region starts with. Default 2.
+	PodsPerRegion int
+	// Faults scales how often faults are drawn (1: default, 0: none).
+	Faults float64
+	// Allowance is D, how long a budget decrease may take to reach every
+	// pod. Default Lease + SessionTTL + 2·Interval + 2·ReportEvery + 1s.
+	Allowance time.Duration
+	// Mutate, when set, is applied to every leader's config (tests use it
+	// to revert a rule and show the checker finds the hole).
+	Mutate func(*shares.LeaderConfig)
+	// NoTrace skips recording the trace (faster for many seeds).
+	NoTrace bool
+}
+
+func (o Options) withDefaults() Options {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&o.Duration, 120*time.Second)
+	def(&o.Interval, time.Second)
+	def(&o.ReportEvery, time.Second)
+	def(&o.Lease, 5*time.Second)
+	def(&o.SessionTTL, 2*time.Second)
+	def(&o.Drift, 100*time.Millisecond)
+	if o.PodsPerRegion == 0 {
+		o.PodsPerRegion = 2
+	}
+	if o.Faults == 0 {
+		o.Faults = 1
+	}
+	if o.Faults < 0 {
+		o.Faults = 0
+	}
+	def(&o.Allowance, o.Lease+o.SessionTTL+2*o.Interval+2*o.ReportEvery+time.Second)
+	return o
+}
+
+// Violation is a broken invariant.
+type Violation struct {
+	At     time.Duration
+	Tenant string
+	What   string
+}
+
+func (v Violation) String() string {
+	return fmt.Sprintf("t=%v tenant %s: %s", v.At, v.Tenant, v.What)
+}
+
+// Result is one run.
+type Result struct {
+	Seed      uint64
+	Events    int
+	Violation *Violation
+	// Trace is every event up to the violation (or the whole run).
+	Trace []string
+	// Counts of what happened, to show the run exercised the faults.
+	Reports, Answers, Rejected, Terms, Faults int
+	// Admitted counts the units admitted per tenant (demand met within
+	// what pods enforced), and Ideal what one limiter would have admitted.
+	PeakRatio float64 // largest Σ/bound seen (≤ 1 when safe)
+}
+
+// tenants: two with budgets of their own, one on the default tier.
+var tenantNames = []string{"a", "b", "c"}
+
+const (
+	regionPoolSize = 3
+	maxPodsRegion  = 4
+)
+
+type snapshot struct {
+	at      time.Duration
+	regions []string
+	budgets map[string]shares.Budget // a, b
+	deflt   shares.Budget            // c and every tenant without a budget
+}
+
+func (s *snapshot) budget(t string) shares.Budget {
+	if b, ok := s.budgets[t]; ok {
+		return b
+	}
+	return s.deflt
+}
+
+type event struct {
+	at  time.Duration
+	seq int
+	fn  func()
+}
+
+type queue []*event
+
+func (q queue) Len() int { return len(q) }
+func (q queue) Less(i, j int) bool {
+	if q[i].at != q[j].at {
+		return q[i].at < q[j].at
+	}
+	return q[i].seq < q[j].seq
+}
+func (q queue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *queue) Push(x any)   { *q = append(*q, x.(*event)) }
+func (q *queue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}
+
+type coord struct {
+	id       int
+	alive    bool
+	etcdCut  bool
+	view     int // snapshot index seen
+	lead     *shares.Leader
+	leading  bool          // holds the election in etcd
+	stopAt   time.Duration // when a deposed leader notices (-1: not deposed)
+	tracked  map[string]bool
+	regions  []string // the regions of its term
+}
+
+type pod struct {
+	id        string
+	region    string
+	alive     bool
+	st        *shares.Pod
+	view      int
+	etcdCut   bool
+	coordCut  bool
+	leader    int // coordinator it reports to (-1: unknown)
+	lastSent  time.Duration
+	promptAt  time.Duration
+	promptSet bool
+}
+
+type world struct {
+	opt    Options
+	rng    *rand.Rand
+	t0     time.Time
+	now    time.Duration
+	q      queue
+	seq    int
+	events int
+	pool   []string
+	snaps  []snapshot
+	coords []*coord
+	term   uint64
+	elect  int // the coordinator holding the election (-1: none)
+	pods   []*pod
+	podN   int
+	redis  map[string]bool // down
+	demand map[string]float64
+	res    *Result
+	trace  []string
+	stop   bool
+}
+
+// Run runs one seed.
+func Run(seed uint64, opt Options) Result {
+	opt = opt.withDefaults()
+	w := &world{
+		opt:    opt,
+		rng:    rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		t0:     time.Unix(1_700_000_000, 0),
+		pool:   []string{"r0", "r1", "r2"},
+		redis:  map[string]bool{},
+		demand: map[string]float64{},
+		elect:  -1,
+		res:    &Result{Seed: seed},
+	}
+	w.setup()
+	for w.q.Len() > 0 && !w.stop {
+		e := heap.Pop(&w.q).(*event)
+		if e.at > opt.Duration {
+			break
+		}
+		w.now = e.at
+		e.fn()
+		w.events++
+		w.check()
+	}
+	w.res.Events = w.events
+	w.res.Trace = w.trace
+	return *w.res
+}
+
+func (w *world) at(d time.Duration, fn func()) {
+	w.seq++
+	heap.Push(&w.q, &event{at: w.now + d, seq: w.seq, fn: fn})
+}
+
+func (w *world) logf(format string, args ...any) {
+	if w.opt.NoTrace {
+		return
+	}
+	w.trace = append(w.trace, fmt.Sprintf("%8.3fs ", w.now.Seconds())+fmt.Sprintf(format, args...))
+}
+
+func (w *world) clock() time.Time { return w.t0.Add(w.now) }
+
+func (w *world) dur(lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(w.rng.Int64N(int64(hi-lo)))
+}
+
+func (w *world) chance(p float64) bool { return w.rng.Float64() < p*w.opt.Faults }
+
+func (w *world) setup() {
+	regions := slices.Clone(w.pool)
+	if w.rng.IntN(3) == 0 {
+		regions = regions[:2]
+	}
+	s := snapshot{regions: regions, budgets: map[string]shares.Budget{
+		"a": {Rate: 300, Burst: 60},
+		"b": {Rate: 100, Burst: 20, Mode: shares.ModePinned, Home: regions[0]},
+	}, deflt: shares.Budget{Rate: 50, Burst: 10}}
+	if w.rng.IntN(2) == 0 {
+		s.budgets["b"] = shares.Budget{Rate: 100, Burst: 20}
+	}
+	w.snaps = append(w.snaps, s)
+	for i := range 2 {
+		w.coords = append(w.coords, &coord{id: i, alive: true, stopAt: -1, tracked: map[string]bool{}})
+	}
+	for _, r := range w.pool {
+		for range w.opt.PodsPerRegion {
+			w.startPod(r, w.dur(0, w.opt.ReportEvery))
+		}
+	}
+	w.newDemand()
+	w.elect = -1
+	w.at(w.dur(0, 50*time.Millisecond), w.election)
+	w.at(w.opt.Interval, w.tick)
+	w.scheduleFaults()
+}
+
+// newDemand draws every tenant's offered rate per region.
+func (w *world) newDemand() {
+	s := &w.snaps[len(w.snaps)-1]
+	for _, t := range tenantNames {
+		R := s.budget(t).Rate
+		for _, r := range w.pool {
+			x := 0.0
+			switch w.rng.IntN(4) {
+			case 0:
+			case 1:
+				x = R * 0.1 * w.rng.Float64()
+			case 2:
+				x = R * 0.6 * w.rng.Float64()
+			default:
+				x = R * 1.5 * w.rng.Float64()
+			}
+			w.demand[t+"/"+r] = x
+		}
+	}
+	w.logf("demand %v", w.demandString())
+	w.at(w.dur(3*time.Second, 15*time.Second), w.newDemand)
+}
+
+func (w *world) demandString() string {
+	keys := make([]string, 0, len(w.demand))
+	for k := range w.demand {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s=%.0f ", k, w.demand[k])
+	}
+	return b.String()
+}
+
+func (w *world) startPod(region string, delay time.Duration) *pod {
+	w.podN++
+	p := &pod{id: fmt.Sprintf("%s-p%d", region, w.podN), region: region, alive: true,
+		st: shares.NewPod(region, w.opt.Drift), view: len(w.snaps) - 1, leader: w.elect}
+	w.pods = append(w.pods, p)
+	w.logf("pod %s starts", p.id)
+	w.at(delay, func() { w.report(p, false) })
+	return p
+}
+
+// ---- etcd: snapshots and the election ----
+
+// publish writes a new snapshot and delivers it to every party whose etcd
+// link is up, each after its own watch delay.
+func (w *world) publish(s snapshot, what string) {
+	s.at = w.now
+	w.snaps = append(w.snaps, s)
+	k := len(w.snaps) - 1
+	w.logf("etcd: %s (rev %d)", what, k)
+	for _, p := range w.pods {
+		w.deliverView(func() bool { return p.alive && !p.etcdCut }, func() { w.podView(p, k) })
+	}
+	for _, c := range w.coords {
+		w.deliverView(func() bool { return c.alive && !c.etcdCut }, func() {
+			if k > c.view {
+				c.view = k
+				w.coordView(c)
+			}
+		})
+	}
+}
+
+func (w *world) deliverView(ok func() bool, apply func()) {
+	w.at(w.dur(time.Millisecond, 300*time.Millisecond), func() {
+		if ok() {
+			apply()
+		}
+	})
+}
+
+// podView moves p's copy of etcd to snapshot k.
+func (w *world) podView(p *pod, k int) {
+	if k <= p.view {
+		return
+	}
+	p.view = k
+	p.st.LowerFloors(func(t string) shares.Ceiling { return w.own(p, t) })
+}
+
+// coordView reacts to a new view: a leader whose region set changed starts
+// a new term (and learns again).
+func (w *world) coordView(c *coord) {
+	if c.lead == nil {
+		return
+	}
+	s := &w.snaps[c.view]
+	if !slices.Equal(s.regions, c.regions) {
+		w.logf("coordinator %d: regions changed to %v: new term", c.id, s.regions)
+		w.startTerm(c)
+	}
+}
+
+// election elects an eligible coordinator when none holds the election.
+func (w *world) election() {
+	if w.elect >= 0 {
+		return
+	}
+	var cands []*coord
+	for _, c := range w.coords {
+		if c.alive && !c.etcdCut && c.lead == nil {
+			cands = append(cands, c)
+		}
+	}
+	if len(cands) == 0 {
+		return
+	}
+	c := cands[w.rng.IntN(len(cands))]
+	w.elect = c.id
+	c.leading = true
+	w.startTerm(c)
+	for _, p := range w.pods {
+		w.deliverView(func() bool { return p.alive && !p.etcdCut }, func() { p.leader = c.id })
+	}
+}
+
+func (w *world) startTerm(c *coord) {
+	w.term++
+	s := &w.snaps[c.view]
+	cfg := shares.LeaderConfig{
+		Config:   shares.DefaultConfig(s.regions...),
+		Term:     w.term,
+		Learning: w.opt.Lease + w.opt.SessionTTL,
+		ValidTenant: func(t string) error {
+			if strings.ContainsAny(t, "/{}") || strings.Contains(t, "..") {
+				return errors.New("invalid tenant name")
+			}
+			return nil
+		},
+	}
+	cfg.Interval, cfg.Lease = w.opt.Interval, w.opt.Lease
+	if w.opt.Mutate != nil {
+		w.opt.Mutate(&cfg)
+	}
+	l, err := shares.NewLeader(w.clock(), cfg)
+	if err != nil {
+		panic(err)
+	}
+	c.lead = l
+	c.regions = slices.Clone(s.regions)
+	c.stopAt = -1
+	clear(c.tracked)
+	w.setCold(c)
+	w.res.Terms++
+	w.logf("coordinator %d leads term %d (regions %v, learning until %v)", c.id, w.term, s.regions, (w.now + cfg.Learning).Seconds())
+}
+
+func (w *world) setCold(c *coord) {
+	d := w.snaps[c.view].deflt
+	c.lead.SetDefault(&d)
+}
+
+// depose ends c's hold on the election (crash, resign or session expiry)
+// and schedules the next election.
+func (w *world) depose(c *coord, how string, noticeAfter time.Duration, electAfter time.Duration) {
+	if w.elect != c.id {
+		return
+	}
+	w.elect = -1
+	c.leading = false
+	if noticeAfter <= 0 {
+		c.lead = nil
+	} else {
+		c.stopAt = w.now + noticeAfter
+		w.at(noticeAfter, func() {
+			if c.stopAt >= 0 && w.now >= c.stopAt {
+				c.lead, c.stopAt = nil, -1
+				w.logf("coordinator %d notices it was deposed", c.id)
+			}
+		})
+	}
+	w.logf("coordinator %d deposed (%s)", c.id, how)
+	w.at(electAfter, w.election)
+}
+
+// ---- the leader's loop ----
+
+func (w *world) tick() {
+	w.at(w.opt.Interval, w.tick)
+	for _, c := range w.coords {
+		if c.lead == nil || !c.alive {
+			continue
+		}
+		s := &w.snaps[c.view]
+		budgets := map[string]shares.Budget{}
+		for t, b := range s.budgets {
+			budgets[t] = b
+		}
+		for t := range c.tracked {
+			if _, ok := budgets[t]; !ok {
+				budgets[t] = s.deflt
+			}
+		}
+		w.setCold(c)
+		ch := c.lead.Rebalance(w.clock(), budgets)
+		if len(ch) > 0 {
+			w.logf("coordinator %d rebalance: %s", c.id, changes(ch))
+		}
+	}
+}
+
+func changes(cs []shares.Change) string {
+	var b strings.Builder
+	for _, c := range cs {
+		fmt.Fprintf(&b, "[%s/%s %.1f/%d floor %.1f/%d e%d] ", c.Tenant, c.Region, c.Grant.Rate, c.Grant.Burst, c.Grant.FloorRate, c.Grant.FloorBurst, c.Grant.Epoch)
+	}
+	return b.String()
+}
+
+// ---- reports ----
+
+func (w *world) podsIn(region string) int {
+	n := 0
+	for _, p := range w.pods {
+		if p.alive && p.region == region {
+			n++
+		}
+	}
+	return n
+}
+
+func (w *world) own(p *pod, t string) shares.Ceiling {
+	s := &w.snaps[p.view]
+	fr, fb := shares.Floor(s.budget(t), s.regions, p.region)
+	return shares.Ceiling{Rate: fr, Burst: fb}
+}
+
+func (w *world) report(p *pod, prompt bool) {
+	if !p.alive {
+		return
+	}
+	if !prompt {
+		w.at(w.opt.ReportEvery+w.dur(0, w.opt.ReportEvery/10), func() { w.report(p, false) })
+	}
+	interval := w.now - p.lastSent
+	if interval <= 0 {
+		interval = time.Millisecond
+	}
+	p.lastSent = w.now
+	term, applied := p.st.State()
+	r := shares.PodReport{Region: p.region, Pod: p.id, Term: term, Applied: applied, Interval: interval,
+		Usage: map[string]shares.Usage{}, LivePods: w.podsIn(p.region), Held: p.st.Held()}
+	now := w.clock()
+	for _, t := range tenantNames {
+		x := w.demand[t+"/"+p.region] / float64(max(1, w.podsIn(p.region)))
+		if x == 0 {
+			continue
+		}
+		rate, _, _ := p.st.Effective(now, t, w.own(p, t))
+		if w.redis[p.region] {
+			if d := p.st.FailOpenShare(now); d > 0 {
+				rate /= float64(d)
+			} else {
+				rate = 0
+			}
+		}
+		sec := interval.Seconds()
+		r.Usage[t] = shares.Usage{Offered: x * sec, Admitted: min(x, rate) * sec}
+	}
+	sentAt := now
+	target := p.leader
+	if target < 0 {
+		target = 0
+	}
+	if p.coordCut {
+		return
+	}
+	w.send(func() { w.deliverReport(target, p, r, sentAt, true) })
+	if w.chance(0.02) {
+		// A replay of this report, later: by the network (its answer
+		// reaches the pod) or by an eavesdropper (it does not).
+		toPod := w.rng.IntN(2) == 0
+		w.at(w.dur(time.Second, 10*time.Second), func() {
+			w.logf("replay of %s's report (answer to pod: %v)", p.id, toPod)
+			w.deliverReport(target, p, r, sentAt, toPod)
+		})
+	}
+}
+
+// send delivers a message after a delay, or drops or duplicates it.
+func (w *world) send(fn func()) {
+	if w.chance(0.03) {
+		return
+	}
+	w.at(w.dur(time.Millisecond, 150*time.Millisecond), fn)
+	if w.chance(0.02) {
+		w.at(w.dur(time.Millisecond, 600*time.Millisecond), fn)
+	}
+}
+
+func (w *world) deliverReport(target int, p *pod, r shares.PodReport, sentAt time.Time, answerToPod bool) {
+	c := w.coords[target]
+	if answerToPod && p.coordCut {
+		return
+	}
+	if !c.alive {
+		// The connection fails: the pod tries the next coordinator it
+		// knows of (answers list every candidate), since etcd may be out
+		// of its reach.
+		if answerToPod {
+			p.leader = (target + 1) % len(w.coords)
+		}
+		return
+	}
+	if c.lead == nil {
+		// A follower names the leader it knows (if it reaches etcd), or
+		// the pod tries the next coordinator.
+		if answerToPod {
+			next := (target + 1) % len(w.coords)
+			if !c.etcdCut && w.elect >= 0 {
+				next = w.elect
+			}
+			w.send(func() { p.leader = next })
+		}
+		return
+	}
+	w.res.Reports++
+	ans, err := c.lead.Report(w.clock(), r)
+	if err != nil {
+		w.res.Rejected++
+		w.logf("coordinator %d rejects %s: %v", c.id, p.id, err)
+		if answerToPod && errors.Is(err, shares.ErrUnknownRegion) {
+			w.send(func() {
+				if p.alive && !p.coordCut {
+					p.st.Removed()
+				}
+			})
+		}
+		return
+	}
+	for t := range r.Usage {
+		c.tracked[t] = true
+	}
+	w.logf("coordinator %d answers %s (t%d/e%d): term %d learning=%v full=%v epoch %d entries %d share 1/%d",
+		c.id, p.id, r.Term, r.Applied, ans.Term, ans.Learning, ans.Full, ans.Epoch, len(ans.Entries), ans.SharePods)
+	if c.lead.Growable() {
+		if ch := c.lead.Grow(w.clock()); len(ch) > 0 {
+			w.logf("coordinator %d grow: %s", c.id, changes(ch))
+		}
+	}
+	if !answerToPod {
+		return
+	}
+	w.send(func() {
+		if !p.alive || p.coordCut {
+			return
+		}
+		w.res.Answers++
+		shrunk := false
+		for _, e := range ans.Entries {
+			if g, ok := p.st.Grant(e.Tenant); ok && (e.Grant.Rate < g.Rate || e.Grant.Burst < g.Burst) {
+				shrunk = true
+			}
+		}
+		p.st.Answered(sentAt, ans, func(t string) shares.Ceiling { return w.own(p, t) })
+		if shrunk && (!p.promptSet || w.now-p.promptAt >= w.opt.ReportEvery) {
+			p.promptSet, p.promptAt = true, w.now
+			w.at(20*time.Millisecond, func() { w.report(p, true) })
+		}
+	})
+}
+
+// forge sends reports the leader must refuse.
+func (w *world) forge() {
+	for _, c := range w.coords {
+		if c.lead == nil {
+			continue
+		}
+		r := w.pool[w.rng.IntN(len(w.pool))]
+		var rep shares.PodReport
+		switch w.rng.IntN(4) {
+		case 0:
+			rep = shares.PodReport{Region: r, Pod: "forger", Term: c.lead.Term() + 1, Interval: time.Second}
+		case 1:
+			rep = shares.PodReport{Region: r, Pod: w.pods[w.rng.IntN(len(w.pods))].id, Term: c.lead.Term(), Applied: c.lead.Epoch(r) + 1 + w.rng.Uint64N(1<<60), Interval: time.Second}
+		case 2:
+			rep = shares.PodReport{Region: r, Pod: "forger", Interval: time.Second, Usage: map[string]shares.Usage{"../../x": {Offered: 1, Admitted: 1}}}
+		default:
+			rep = shares.PodReport{Region: r, Pod: "forger", Interval: time.Second, Usage: map[string]shares.Usage{"a": {Offered: 1, Admitted: 5}}}
+		}
+		if _, err := c.lead.Report(w.clock(), rep); err == nil {
+			w.violate("-", fmt.Sprintf("forged report accepted: %+v", rep))
+		} else {
+			w.logf("forged report refused: %v", err)
+		}
+	}
+}
+
+// ---- faults ----
+
+func (w *world) scheduleFaults() {
+	if w.opt.Faults == 0 {
+		return
+	}
+	next := func() time.Duration { return w.dur(time.Second, time.Duration(float64(8*time.Second)/w.opt.Faults)) }
+	var fault func()
+	fault = func() {
+		w.at(next(), fault)
+		w.res.Faults++
+		w.oneFault()
+	}
+	w.at(next(), fault)
+}
+
+func (w *world) livePods() []*pod {
+	var out []*pod
+	for _, p := range w.pods {
+		if p.alive {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (w *world) oneFault() {
+	pods := w.livePods()
+	heal := w.dur(2*time.Second, 20*time.Second)
+	switch k := w.rng.IntN(14); k {
+	case 0: // pod cut from etcd
+		p := pods[w.rng.IntN(len(pods))]
+		p.etcdCut = true
+		w.logf("fault: %s cut from etcd for %v", p.id, heal)
+		w.at(heal, func() {
+			p.etcdCut = false
+			w.podView(p, len(w.snaps)-1)
+			p.leader = w.elect
+			w.logf("heal: %s reaches etcd", p.id)
+		})
+	case 1: // pod cut from the coordinators
+		p := pods[w.rng.IntN(len(pods))]
+		p.coordCut = true
+		w.logf("fault: %s cut from the coordinators for %v", p.id, heal)
+		w.at(heal, func() { p.coordCut = false; w.logf("heal: %s reaches the coordinators", p.id) })
+	case 2: // leader cut from etcd: its session expires after the TTL
+		if w.elect < 0 {
+			return
+		}
+		c := w.coords[w.elect]
+		c.etcdCut = true
+		w.logf("fault: coordinator %d cut from etcd for %v", c.id, heal)
+		ttl := w.opt.SessionTTL
+		w.at(ttl, func() {
+			if c.etcdCut && w.elect == c.id {
+				w.depose(c, "session expired", w.dur(0, 200*time.Millisecond), w.dur(0, 100*time.Millisecond))
+			}
+		})
+		w.at(heal, func() {
+			c.etcdCut = false
+			c.view = len(w.snaps) - 1
+			w.logf("heal: coordinator %d reaches etcd", c.id)
+			w.coordView(c)
+			w.at(0, w.election)
+		})
+	case 3: // leader crash
+		if w.elect < 0 {
+			return
+		}
+		c := w.coords[w.elect]
+		w.depose(c, "crashed", 0, w.opt.SessionTTL)
+		c.alive = false
+		w.at(heal, func() {
+			c.alive, c.view = true, len(w.snaps)-1
+			w.logf("coordinator %d restarts", c.id)
+			w.at(0, w.election)
+		})
+	case 4: // leader resigns
+		if w.elect < 0 {
+			return
+		}
+		c := w.coords[w.elect]
+		w.depose(c, "resigned", 0, w.dur(time.Millisecond, 50*time.Millisecond))
+		w.at(w.dur(0, 100*time.Millisecond), w.election)
+	case 5: // pod restart (a new identity)
+		p := pods[w.rng.IntN(len(pods))]
+		p.alive = false
+		w.logf("fault: %s dies", p.id)
+		w.at(w.dur(500*time.Millisecond, 3*time.Second), func() { w.startPod(p.region, 0) })
+	case 6: // a new pod
+		r := w.pool[w.rng.IntN(len(w.pool))]
+		if w.podsIn(r) < maxPodsRegion {
+			w.startPod(r, 0)
+		}
+	case 7: // Redis down in a region
+		r := w.pool[w.rng.IntN(len(w.pool))]
+		if w.redis[r] {
+			return
+		}
+		w.redis[r] = true
+		w.logf("fault: redis of %s down for %v", r, heal)
+		w.at(heal, func() { w.redis[r] = false; w.logf("heal: redis of %s up", r) })
+	case 8, 9: // a budget change
+		w.changeBudget()
+	case 10: // a region-set change
+		w.changeRegions()
+	case 11: // forged reports
+		w.forge()
+	case 12: // a pod dies for good
+		if len(pods) > len(w.pool) {
+			p := pods[w.rng.IntN(len(pods))]
+			if w.podsIn(p.region) > 1 {
+				p.alive = false
+				w.logf("fault: %s dies for good", p.id)
+			}
+		}
+	default: // the default tier changes
+		s := w.cloneLast()
+		s.deflt.Rate = 10 + w.rng.Float64()*100
+		s.deflt.Burst = 3 + w.rng.Int64N(20)
+		w.publish(s, fmt.Sprintf("default tier %.1f/s burst %d", s.deflt.Rate, s.deflt.Burst))
+	}
+}
+
+func (w *world) cloneLast() snapshot {
+	s := w.snaps[len(w.snaps)-1]
+	s.regions = slices.Clone(s.regions)
+	b := make(map[string]shares.Budget, len(s.budgets))
+	for k, v := range s.budgets {
+		if v.Floor != nil {
+			f := *v.Floor
+			v.Floor = &f
+		}
+		b[k] = v
+	}
+	s.budgets = b
+	return s
+}
+
+func (w *world) changeBudget() {
+	s := w.cloneLast()
+	t := []string{"a", "b"}[w.rng.IntN(2)]
+	b := s.budgets[t]
+	var what string
+	for try := 0; try < 10; try++ {
+		nb := b
+		switch w.rng.IntN(5) {
+		case 0:
+			nb.Rate = math.Round(b.Rate*(0.3+w.rng.Float64()*2.5)*10) / 10
+			nb.Rate = min(max(nb.Rate, 10), 2000)
+			what = fmt.Sprintf("rate %.1f", nb.Rate)
+		case 1:
+			nb.Burst = max(3, int64(float64(b.Burst)*(0.3+w.rng.Float64()*2.5)))
+			what = fmt.Sprintf("burst %d", nb.Burst)
+		case 2:
+			nb.Mode, nb.Home, nb.Weights = shares.ModePinned, s.regions[w.rng.IntN(len(s.regions))], nil
+			what = "pinned to " + nb.Home
+		case 3:
+			nb.Mode, nb.Home, nb.Weights = shares.ModeRebalanced, "", nil
+			what = "rebalanced"
+		default:
+			f := []float64{0, 0.05, 0.1, 0.3, 0.6}[w.rng.IntN(5)]
+			nb.Floor = &f
+			what = fmt.Sprintf("floor %.2f", f)
+		}
+		if nb.Validate(s.regions) == nil {
+			s.budgets[t] = nb
+			w.publish(s, fmt.Sprintf("budget %s: %s", t, what))
+			return
+		}
+	}
+}
+
+func (w *world) changeRegions() {
+	s := w.cloneLast()
+	var next []string
+	if len(s.regions) == len(w.pool) {
+		drop := w.rng.IntN(len(w.pool))
+		for i, r := range w.pool {
+			if i != drop {
+				next = append(next, r)
+			}
+		}
+	} else {
+		next = slices.Clone(w.pool)
+	}
+	for t, b := range s.budgets {
+		if b.Validate(next) != nil {
+			b.Mode, b.Home = shares.ModeRebalanced, ""
+			s.budgets[t] = b
+		}
+	}
+	s.regions = next
+	w.publish(s, fmt.Sprintf("regions %v", next))
+}
+
+// ---- the invariant ----
+
+// bound returns the largest budget of tenant in force during the last D.
+func (w *world) bound(t string) (float64, int64) {
+	var r float64
+	var b int64
+	from := w.now - w.opt.Allowance
+	for i := len(w.snaps) - 1; i >= 0; i-- {
+		s := &w.snaps[i]
+		bt := s.budget(t)
+		r, b = max(r, bt.Rate), max(b, bt.Burst)
+		if s.at <= from {
+			break
+		}
+	}
+	return r, b
+}
+
+func (w *world) check() {
+	if w.res.Violation != nil {
+		return
+	}
+	now := w.clock()
+	for _, t := range tenantNames {
+		R, B := w.bound(t)
+		var sum float64
+		var sumB int64
+		var detail strings.Builder
+		for _, r := range w.pool {
+			var maxR float64
+			var maxB int64
+			for _, p := range w.pods {
+				if !p.alive || p.region != r {
+					continue
+				}
+				rate, burst, leased := p.st.Effective(now, t, w.own(p, t))
+				if w.redis[r] {
+					d := p.st.FailOpenShare(now)
+					if d > 0 {
+						fr, fb := rate/float64(d), burst/int64(d)
+						sum += fr
+						sumB += fb
+						fmt.Fprintf(&detail, "%s fail-open %.2f/%d (1/%d); ", p.id, fr, fb, d)
+					}
+					continue
+				}
+				fmt.Fprintf(&detail, "%s %.2f/%d leased=%v; ", p.id, rate, burst, leased)
+				maxR, maxB = max(maxR, rate), max(maxB, burst)
+			}
+			sum += maxR
+			sumB += maxB
+		}
+		if ratio := sum / R; ratio > w.res.PeakRatio {
+			w.res.PeakRatio = ratio
+		}
+		if sum > R*(1+1e-9)+1e-9 || sumB > B {
+			w.violate(t, fmt.Sprintf("Σ enforced %.3f/s burst %d > bound %.3f/s burst %d: %s", sum, sumB, R, B, detail.String()))
+			return
+		}
+	}
+}
+
+func (w *world) violate(t, what string) {
+	v := Violation{At: w.now, Tenant: t, What: what}
+	w.res.Violation = &v
+	w.logf("VIOLATION %s", v)
+	w.stop = true
+}

@@ -1,0 +1,78 @@
+package protocheck_test
+
+import (
+	"flag"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/allot-dev/allot/shares/protocheck"
+)
+
+var seeds = flag.Int("seeds", 2000, "seeds to run")
+
+// runSeeds runs n seeds in parallel and returns the failing results, the
+// shortest (fewest events) first.
+func runSeeds(n int, opt protocheck.Options) (fails []protocheck.Result, total protocheck.Result) {
+	opt.NoTrace = true
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	next := make(chan uint64)
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for s := range next {
+				r := protocheck.Run(s, opt)
+				mu.Lock()
+				total.Events += r.Events
+				total.Reports += r.Reports
+				total.Rejected += r.Rejected
+				total.Terms += r.Terms
+				total.Faults += r.Faults
+				total.PeakRatio = max(total.PeakRatio, r.PeakRatio)
+				if r.Violation != nil {
+					fails = append(fails, r)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for s := range uint64(n) {
+		next <- s + 1
+	}
+	close(next)
+	wg.Wait()
+	for i := range fails {
+		for j := i + 1; j < len(fails); j++ {
+			if fails[j].Events < fails[i].Events {
+				fails[i], fails[j] = fails[j], fails[i]
+			}
+		}
+	}
+	return fails, total
+}
+
+func TestProtocol(t *testing.T) {
+	n := *seeds
+	if testing.Short() {
+		n = 200
+	}
+	fails, total := runSeeds(n, protocheck.Options{})
+	t.Logf("%d seeds: %d events, %d reports (%d rejected), %d terms, %d faults; peak Σ/R %.4f; %d violations",
+		n, total.Events, total.Reports, total.Rejected, total.Terms, total.Faults, total.PeakRatio, len(fails))
+	if len(fails) > 0 {
+		f := fails[0]
+		r := protocheck.Run(f.Seed, protocheck.Options{})
+		tail := r.Trace
+		if len(tail) > 80 {
+			tail = tail[len(tail)-80:]
+		}
+		var seedsFailed []string
+		for _, f := range fails {
+			seedsFailed = append(seedsFailed, fmt.Sprint(f.Seed))
+		}
+		t.Fatalf("%d of %d seeds broke the invariant (%s); shortest: seed %d, %d events: %s\n%s",
+			len(fails), n, strings.Join(seedsFailed, " "), f.Seed, f.Events, r.Violation, strings.Join(tail, "\n"))
+	}
+}
