@@ -14,7 +14,7 @@ type Pod struct {
 	region string
 	drift  time.Duration
 
-	synced     bool // applied a term's full grants once
+	synced     bool   // applied a term's full grants once
 	leader     uint64 // the term of the last answer (learning ones too)
 	term       uint64
 	epoch      uint64

@@ -139,15 +139,15 @@ func (q *queue) Pop() any {
 }
 
 type coord struct {
-	id       int
-	alive    bool
-	etcdCut  bool
-	view     int // snapshot index seen
-	lead     *shares.Leader
-	leading  bool          // holds the election in etcd
-	stopAt   time.Duration // when a deposed leader notices (-1: not deposed)
-	tracked  map[string]bool
-	regions  []string // the regions of its term
+	id      int
+	alive   bool
+	etcdCut bool
+	view    int // snapshot index seen
+	lead    *shares.Leader
+	leading bool          // holds the election in etcd
+	stopAt  time.Duration // when a deposed leader notices (-1: not deposed)
+	tracked map[string]bool
+	regions []string // the regions of its term
 }
 
 type pod struct {
