@@ -116,3 +116,23 @@ func FuzzFit(f *testing.F) {
 		}
 	})
 }
+
+func TestRateString(t *testing.T) {
+	for _, c := range []struct {
+		r    Rate
+		want string
+	}{
+		{PerSecond(5), "5/s"}, {PerMinute(5), "5/m"}, {PerHour(5), "5/h"},
+		{Rate{1, 1000 * time.Hour}, "1/1000h"}, {Rate{1, 90 * time.Minute}, "1/1h30m"},
+		{Rate{1, 10 * time.Minute}, "1/10m"}, {Rate{100, 10 * time.Second}, "100/10s"},
+		{Rate{1, 2*time.Hour + 30*time.Second}, "1/2h0m30s"}, {Rate{1, 3 * time.Millisecond}, "1/3ms"},
+	} {
+		got := c.r.String()
+		if got != c.want {
+			t.Errorf("%#v.String() = %q, want %q", c.r, got, c.want)
+		}
+		if back, err := ParseRate(got); err != nil || back != c.r {
+			t.Errorf("ParseRate(%q) = %v, %v; want %#v", got, back, err, c.r)
+		}
+	}
+}

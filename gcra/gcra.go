@@ -121,7 +121,16 @@ func (r Rate) String() string {
 	case time.Hour:
 		return fmt.Sprintf("%d/h", r.Count)
 	}
-	return fmt.Sprintf("%d/%s", r.Count, r.Period)
+	// 1000h rather than 1000h0m0s, 10m rather than 10m0s: ParseRate reads
+	// both.
+	p := r.Period.String()
+	if strings.HasSuffix(p, "m0s") {
+		p = p[:len(p)-2]
+	}
+	if strings.HasSuffix(p, "h0m") {
+		p = p[:len(p)-2]
+	}
+	return fmt.Sprintf("%d/%s", r.Count, p)
 }
 
 // PerSecond returns the rate in units per second.
