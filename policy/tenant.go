@@ -74,7 +74,5 @@ func ValidateTenant(name string) error {
 	return nil
 }
 
-// ValidTenant is ValidateTenant.
-//
-// Deprecated: use ValidateTenant.
+// ValidTenant is ValidateTenant, under the name its first callers use.
 func ValidTenant(id string) error { return ValidateTenant(id) }
