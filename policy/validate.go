@@ -37,13 +37,13 @@ func (d *Document) validate(lines map[string]int) error {
 			c.addf("floor_fraction", "%v is outside [0, 1)", f)
 		}
 	}
+	u := usable{regions: len(c.errs) == n, tiers: map[string]bool{}}
 	switch d.UnknownTenants {
 	case "", UnknownAllow, UnknownDeny:
 	default:
 		c.addf("unknown_tenants", "%q: want %s (the default: tenants with no entry and no budget get the default tier) or %s (their requests are denied)",
 			d.UnknownTenants, UnknownAllow, UnknownDeny)
 	}
-	u := usable{regions: len(c.errs) == n, tiers: map[string]bool{}}
 	limits := d.validateLimits(c)
 	if len(d.Tiers) == 0 {
 		c.addf("tiers", "missing: want at least one tier with a budget")
