@@ -35,6 +35,9 @@ func budgetView(r state.BudgetRecord) BudgetView {
 // PutBudget validates and stores a tenant's budget. ifVersion: 0 any, > 0
 // only over that version, < 0 only when absent.
 func (c *Coordinator) PutBudget(ctx context.Context, b BudgetView, ifVersion int64) (BudgetView, error) {
+	if err := tenantField(b.Tenant); err != nil {
+		return BudgetView{}, err
+	}
 	rec, err := c.store.PutBudget(ctx, b.Tenant, policy.Budget{
 		Rate: b.Rate, Burst: b.Burst, Mode: b.Mode, Home: b.Home, Weights: b.Weights,
 	}, b.Shadow, ifVersion)
@@ -44,8 +47,22 @@ func (c *Coordinator) PutBudget(ctx context.Context, b BudgetView, ifVersion int
 	return budgetView(rec), nil
 }
 
+// tenantField checks a tenant name from a request (policy.ValidateTenant),
+// as an error naming the field tenant.
+func tenantField(tenant string) error {
+	err := policy.ValidateTenant(tenant)
+	var te *policy.TenantError
+	if errors.As(err, &te) {
+		return &policy.FieldError{Path: "tenant", Msg: fmt.Sprintf("%q: %s", te.Name, te.Rule)}
+	}
+	return err
+}
+
 // GetBudget returns a tenant's budget record.
 func (c *Coordinator) GetBudget(ctx context.Context, tenant string) (BudgetView, error) {
+	if err := tenantField(tenant); err != nil {
+		return BudgetView{}, err
+	}
 	rec, err := c.store.Budget(ctx, tenant)
 	if err != nil {
 		return BudgetView{}, err
@@ -66,8 +83,15 @@ func (c *Coordinator) ListBudgets(ctx context.Context) ([]BudgetView, error) {
 	return out, nil
 }
 
-// DeleteBudget removes a tenant's budget record.
+// DeleteBudget removes a tenant's budget record. A name ValidateTenant
+// refuses is refused, unless a record has it (one stored before the rule
+// was tightened), which can then still be removed.
 func (c *Coordinator) DeleteBudget(ctx context.Context, tenant string) error {
+	if err := tenantField(tenant); err != nil {
+		if _, gerr := c.store.Budget(ctx, tenant); gerr != nil {
+			return err
+		}
+	}
 	return c.store.DeleteBudget(ctx, tenant)
 }
 
@@ -97,8 +121,8 @@ type SharesView struct {
 // Shares returns how tenant's budget is split: from the leader's allocator
 // when this instance leads, otherwise from the grants in etcd.
 func (c *Coordinator) Shares(ctx context.Context, tenant string) (SharesView, error) {
-	if err := policy.ValidTenant(tenant); err != nil {
-		return SharesView{}, &policy.FieldError{Path: "tenant", Msg: err.Error()}
+	if err := tenantField(tenant); err != nil {
+		return SharesView{}, err
 	}
 	_, doc, err := c.store.Policy(ctx)
 	if err != nil {

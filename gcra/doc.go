@@ -39,7 +39,12 @@
 // All arithmetic is on int64 microseconds, mirrored exactly by the Lua
 // scripts (where Lua's doubles are exact below 2^53). Validation keeps every
 // intermediate value below 2^53: T ≥ 1 µs (rates above 1,000,000 units per
-// second per key are rejected: count in larger units), and B·T ≤ [MaxWindow].
+// second per key are rejected: count in larger units), and B·T ≤ [MaxWindow]
+// (so rates below one unit per MaxWindow are rejected too, and
+// [Rate.MaxBurst] is the largest burst of a rate). A share of a limit — a
+// region's grant of a tenant's budget — is slower than the whole and may
+// rest longer; [Fit] builds its limit, lowering the burst to fit, so that any
+// share of a valid limit is a valid limit or admits nothing.
 //
 // # Lua scripts and stores
 //

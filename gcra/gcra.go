@@ -14,6 +14,7 @@ import (
 var (
 	ErrRate             = errors.New("gcra: rate must be a positive count per positive period")
 	ErrRateTooHigh      = errors.New("gcra: rate exceeds 1000000 units per second per key (emission interval below 1µs); count in larger units")
+	ErrRateTooLow       = errors.New("gcra: rate is below one unit per the maximum window (2^51 µs, about 71 years)")
 	ErrBurst            = errors.New("gcra: burst must be at least 1")
 	ErrWindowTooLong    = errors.New("gcra: burst × emission interval exceeds the maximum window")
 	ErrCost             = errors.New("gcra: cost must be at least 1")
@@ -75,7 +76,8 @@ func ParseRate(s string) (Rate, error) {
 	return r, nil
 }
 
-// Validate reports whether r can be enforced.
+// Validate reports whether r can be enforced: with a burst of one unit at
+// least (see MaxBurst for the largest).
 func (r Rate) Validate() error {
 	if r.Count <= 0 || r.Period <= 0 {
 		return ErrRate
@@ -83,7 +85,30 @@ func (r Rate) Validate() error {
 	if r.Period.Microseconds() < r.Count {
 		return ErrRateTooHigh
 	}
+	if r.interval() > maxWindowMicros {
+		return ErrRateTooLow
+	}
 	return nil
+}
+
+// interval is T for a rate with a positive count: Period/Count rounded up
+// to a whole microsecond.
+func (r Rate) interval() int64 {
+	p := r.Period.Microseconds()
+	t := p / r.Count
+	if p%r.Count != 0 {
+		t++
+	}
+	return t
+}
+
+// MaxBurst returns the largest burst NewLimit accepts with r (B·T within
+// MaxWindow), or 0 when r is invalid.
+func (r Rate) MaxBurst() int64 {
+	if r.Validate() != nil {
+		return 0
+	}
+	return maxWindowMicros / r.interval()
 }
 
 // String writes r as ParseRate reads it.
@@ -96,7 +121,16 @@ func (r Rate) String() string {
 	case time.Hour:
 		return fmt.Sprintf("%d/h", r.Count)
 	}
-	return fmt.Sprintf("%d/%s", r.Count, r.Period)
+	// 1000h rather than 1000h0m0s, 10m rather than 10m0s: ParseRate reads
+	// both.
+	p := r.Period.String()
+	if strings.HasSuffix(p, "m0s") {
+		p = p[:len(p)-2]
+	}
+	if strings.HasSuffix(p, "h0m") {
+		p = p[:len(p)-2]
+	}
+	return fmt.Sprintf("%d/%s", r.Count, p)
 }
 
 // PerSecond returns the rate in units per second.
@@ -135,12 +169,7 @@ func NewLimit(rate Rate, burst int64) (Limit, error) {
 	if err := rate.Validate(); err != nil {
 		return Limit{}, err
 	}
-	p := rate.Period.Microseconds()
-	t := p / rate.Count
-	if p%rate.Count != 0 {
-		t++
-	}
-	l := Limit{T: t, Burst: burst}
+	l := Limit{T: rate.interval(), Burst: burst}
 	return l, l.Validate()
 }
 
@@ -153,9 +182,38 @@ func FromPerSecond(perSecond float64, burst int64) (Limit, error) {
 	if perSecond > 1e6 {
 		return Limit{}, ErrRateTooHigh
 	}
-	t := int64(math.Ceil(1e6 / perSecond))
-	l := Limit{T: t, Burst: burst}
+	t := math.Ceil(1e6 / perSecond)
+	if t > float64(maxWindowMicros) {
+		// Also keeps the conversion below defined: 1e6/perSecond may be
+		// beyond int64 (or +Inf) for tiny rates.
+		return Limit{}, ErrRateTooLow
+	}
+	l := Limit{T: int64(t), Burst: burst}
 	return l, l.Validate()
+}
+
+// Fit returns the limit that enforces at most perSecond units per second and
+// at most burst units at once, for a share of a larger limit (a region's
+// grant or floor of a tenant's budget): a share is slower than the whole and
+// so may rest longer than MaxWindow where the whole does not. Fit is
+// FromPerSecond with the burst lowered until B·T fits in MaxWindow, and a
+// rate above 1,000,000 per second enforced at that maximum (T = 1 µs); both
+// only ever admit less than asked. ok is false when no limit admits anything
+// within the share: perSecond is not positive (or NaN), burst is below 1, or
+// the rate is below one unit per MaxWindow.
+func Fit(perSecond float64, burst int64) (l Limit, ok bool) {
+	if !(perSecond > 0) || burst < 1 {
+		return Limit{}, false
+	}
+	t := math.Ceil(1e6 / perSecond) // 0 for +Inf: enforced at T = 1 µs
+	switch {
+	case t < 1:
+		t = 1
+	case t > float64(maxWindowMicros):
+		return Limit{}, false
+	}
+	l = Limit{T: int64(t), Burst: min(burst, maxWindowMicros/int64(t))}
+	return l, l.Validate() == nil
 }
 
 // Validate reports whether l can be enforced without overflow.

@@ -26,6 +26,17 @@ const (
 	ModePinned     = "pinned"
 )
 
+// What pods do with unknown tenants: tenants with no entry in the policy's
+// tenants and no budget set through the admin API.
+const (
+	UnknownAllow = "allow" // the default tier applies (the default)
+	UnknownDeny  = "deny"  // every request is denied (limit UnknownTenantLimit)
+)
+
+// UnknownTenantLimit names the denial of an unknown tenant under
+// unknown_tenants: deny, in answers and metrics; no limit may take it.
+const UnknownTenantLimit = "unknown_tenant"
+
 // DefaultFloorFraction is the share of each tenant's budget reserved as
 // regional floors when the document does not say.
 const DefaultFloorFraction = 0.1
@@ -40,6 +51,11 @@ type Document struct {
 	FloorFraction *float64 `yaml:"floor_fraction,omitempty" json:"floor_fraction,omitempty"`
 	// DefaultTier is the tier of tenants that have no entry in Tenants.
 	DefaultTier string `yaml:"default_tier" json:"default_tier"`
+	// UnknownTenants is allow (default: tenants with no entry in Tenants and
+	// no budget set through the admin API get the default tier) or deny
+	// (their requests are denied): deny stops callers who can set the
+	// tenant descriptor from minting tenants.
+	UnknownTenants string `yaml:"unknown_tenants,omitempty" json:"unknown_tenants,omitempty"`
 	// Limits are checked on every request whose descriptors they match.
 	Limits []Limit `yaml:"limits" json:"limits"`
 	// Tiers hold default budgets and per-limit overrides.

@@ -56,9 +56,13 @@ type Resolved struct {
 	Tenant string
 	Tier   string
 	// Known is false for tenants resolved through the default tier.
-	Known  bool
-	Budget ResolvedBudget
-	Limits []ResolvedLimit
+	Known bool
+	// UnknownDenied: the tenant is not Known and the policy says
+	// unknown_tenants: deny, so the tenant is denied unless it has a budget
+	// set through the admin API (which Resolve does not see).
+	UnknownDenied bool
+	Budget        ResolvedBudget
+	Limits        []ResolvedLimit
 }
 
 // Resolve returns the effective budget and limits of tenant: the limit's
@@ -72,6 +76,7 @@ func (d *Document) Resolve(tenant string) Resolved {
 	}
 	tier := d.Tiers[tierName]
 	res := Resolved{Tenant: tenant, Tier: tierName, Known: known, Budget: d.resolveBudget(tier.Budget, t.Budget)}
+	res.UnknownDenied = !known && d.UnknownTenants == UnknownDeny
 	res.Limits = make([]ResolvedLimit, 0, len(d.Limits))
 	for _, l := range d.Limits {
 		rl := ResolvedLimit{

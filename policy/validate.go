@@ -1,16 +1,15 @@
 package policy
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"regexp"
 	"slices"
 	"sort"
 	"strings"
-	"unicode"
 
 	"github.com/allot-dev/allot/gcra"
+	"github.com/allot-dev/allot/gcra/lease"
 )
 
 var (
@@ -18,29 +17,9 @@ var (
 	descriptorRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
 )
 
-// MaxTenantLen bounds a tenant identifier, in bytes.
-const MaxTenantLen = 256
-
 // Validate checks the whole document and returns every problem found, each
 // naming its field (no lines: use Parse for those).
 func (d *Document) Validate() error { return d.validate(nil) }
-
-// ValidTenant checks a tenant identifier: 1 to MaxTenantLen bytes of
-// printable characters.
-func ValidTenant(id string) error {
-	if id == "" {
-		return errors.New("tenant is empty")
-	}
-	if len(id) > MaxTenantLen {
-		return fmt.Errorf("tenant is %d bytes, at most %d", len(id), MaxTenantLen)
-	}
-	for _, r := range id {
-		if !unicode.IsPrint(r) || r == unicode.ReplacementChar {
-			return fmt.Errorf("tenant %q has a non-printable character", id)
-		}
-	}
-	return nil
-}
 
 func (d *Document) validate(lines map[string]int) error {
 	c := &collector{lines: lines}
@@ -51,11 +30,19 @@ func (d *Document) validate(lines map[string]int) error {
 			c.addf("version", "%d is not supported: want %d", d.Version, Version)
 		}
 	}
+	n := len(c.errs)
 	regions := d.validateRegions(c)
 	if d.FloorFraction != nil {
 		if f := *d.FloorFraction; !(f >= 0 && f < 1) {
 			c.addf("floor_fraction", "%v is outside [0, 1)", f)
 		}
+	}
+	u := usable{regions: len(c.errs) == n, tiers: map[string]bool{}}
+	switch d.UnknownTenants {
+	case "", UnknownAllow, UnknownDeny:
+	default:
+		c.addf("unknown_tenants", "%q: want %s (the default: tenants with no entry and no budget get the default tier) or %s (their requests are denied)",
+			d.UnknownTenants, UnknownAllow, UnknownDeny)
 	}
 	limits := d.validateLimits(c)
 	if len(d.Tiers) == 0 {
@@ -64,11 +51,16 @@ func (d *Document) validate(lines map[string]int) error {
 	for _, name := range sortedKeys(d.Tiers) {
 		t := d.Tiers[name]
 		p := "tiers." + name
+		n := len(c.errs)
 		if !nameRE.MatchString(name) {
 			c.addf(p, "tier name %q: want lowercase letters, digits, '.', '_' or '-'", name)
 		}
 		validateBudget(c, p+".budget", t.Budget, regions, true)
 		validateOverrides(c, p+".limits", t.Limits, limits)
+		u.tiers[name] = len(c.errs) == n
+		if u.tiers[name] {
+			d.checkTierUsable(c, p, t, limits, u)
+		}
 	}
 	switch {
 	case d.DefaultTier == "":
@@ -79,7 +71,8 @@ func (d *Document) validate(lines map[string]int) error {
 	for _, id := range sortedKeys(d.Tenants) {
 		t := d.Tenants[id]
 		p := "tenants." + id
-		if err := ValidTenant(id); err != nil {
+		n := len(c.errs)
+		if err := ValidateTenant(id); err != nil {
 			c.addf(p, "%v", err)
 		}
 		if t.Tier != "" && !hasKey(d.Tiers, t.Tier) {
@@ -87,6 +80,9 @@ func (d *Document) validate(lines map[string]int) error {
 		}
 		validateBudget(c, p+".budget", t.Budget, regions, false)
 		validateOverrides(c, p+".limits", t.Limits, limits)
+		if len(c.errs) == n {
+			d.checkTenantUsable(c, p, t, limits, u)
+		}
 	}
 	return c.err()
 }
@@ -110,7 +106,14 @@ func (d *Document) validateRegions(c *collector) map[string]bool {
 }
 
 // limitInfo is what overrides need to know of a limit.
-type limitInfo struct{ budget bool }
+type limitInfo struct {
+	budget bool
+	// valid: the limit has no error of its own; rate and burst are its
+	// parsed rate and burst (fixed-rate limits).
+	valid bool
+	rate  gcra.Rate
+	burst int64
+}
 
 func (d *Document) validateLimits(c *collector) map[string]limitInfo {
 	limits := map[string]limitInfo{}
@@ -119,17 +122,19 @@ func (d *Document) validateLimits(c *collector) map[string]limitInfo {
 	}
 	for i, l := range d.Limits {
 		p := fmt.Sprintf("limits[%d]", i)
+		n := len(c.errs)
 		switch {
 		case l.Name == "":
 			c.addf(p+".name", "missing")
 		case !nameRE.MatchString(l.Name):
 			c.addf(p+".name", "%q: want lowercase letters, digits, '.', '_' or '-'", l.Name)
+		case l.Name == UnknownTenantLimit:
+			c.addf(p+".name", "%q is reserved: it names the denial of unknown tenants (unknown_tenants: deny)", l.Name)
 		default:
 			if _, dup := limits[l.Name]; dup {
 				c.addf(p+".name", "limit %q is defined twice", l.Name)
 			}
 		}
-		limits[l.Name] = limitInfo{budget: l.Rate == RateBudget}
 		validateDescriptors(c, p, l)
 		budget := l.Rate == RateBudget
 		switch {
@@ -173,8 +178,19 @@ func (d *Document) validateLimits(c *collector) map[string]limitInfo {
 		switch {
 		case l.Lease < 0:
 			c.addf(p+".lease", "%d: want 0 (no lease) or a positive number of units", l.Lease)
+		case l.Lease > lease.MaxSize:
+			c.addf(p+".lease", "%d: at most %d units per lease", l.Lease, int64(lease.MaxSize))
 		case l.Lease > 0 && !budget && l.Burst >= 1 && l.Lease > l.Burst:
 			c.addf(p+".lease", "%d exceeds the burst %d: a lease larger than the burst can never be granted", l.Lease, l.Burst)
+		}
+		info := limitInfo{budget: budget, valid: len(c.errs) == n}
+		if info.valid && !budget {
+			info.rate, info.burst = mustRate(l.Rate), l.Burst
+			checkWindow(c, p, info.rate, info.burst, true)
+			info.valid = len(c.errs) == n
+		}
+		if _, dup := limits[l.Name]; !dup {
+			limits[l.Name] = info
 		}
 	}
 	return limits

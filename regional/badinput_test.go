@@ -67,12 +67,24 @@ func TestBadInputTable(t *testing.T) {
 	}
 }
 
-// Values with '{', '}', ':' and unicode are accepted and cannot forge
-// another tenant's or limit's key: each of these tenants has its own
-// budget of 3.
+// Tenants with ':', '%', '@' and unicode are accepted and cannot forge
+// another tenant's or limit's key: each of these tenants has its own budget
+// of 3. Names with braces, whitespace or path elements are refused
+// (policy.ValidateTenant), over HTTP and gRPC alike.
 func TestNoKeyForging(t *testing.T) {
 	p, _ := memPod(t)
-	tenants := []string{"t1", "t1}", "{t1", "t1:user", "t1:user:7", "t1%3Auser", "tënant", "t1 ", "用户"}
+	lim := allotv1.NewLimiterClient(p.conn)
+	for _, tn := range []string{"t1}", "{t1", "t1 ", "a/b", "../t1", "t1\x00"} {
+		body, _ := json.Marshal(map[string]any{"descriptors": map[string]string{"tenant": tn}})
+		if code, _, raw := postDecide(t, p, string(body)); code != http.StatusBadRequest || !strings.Contains(raw, "descriptors.tenant") {
+			t.Errorf("POST /v1/decide tenant %q = %d %s, want 400 naming descriptors.tenant", tn, code, raw)
+		}
+		_, err := lim.Decide(context.Background(), &allotv1.DecideRequest{Descriptors: map[string]string{"tenant": tn}})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "descriptors.tenant") {
+			t.Errorf("gRPC Decide tenant %q = %v, want InvalidArgument naming descriptors.tenant", tn, err)
+		}
+	}
+	tenants := []string{"t1", "t1:user", "t1:user:7", "t1%3Auser", "tënant", "用户", "t1@x"}
 	for _, tn := range tenants {
 		for i := range 4 {
 			d, err := p.s.Decide(context.Background(), map[string]string{"tenant": tn}, 1)

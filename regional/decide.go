@@ -127,7 +127,7 @@ func checkRequest(d map[string]string, cost int64) error {
 	if !ok || t == "" {
 		return badRequest("descriptors.tenant: missing: every request names its tenant")
 	}
-	if err := policy.ValidTenant(t); err != nil {
+	if err := policy.ValidateTenant(t); err != nil {
 		return badRequest("descriptors.tenant: %v", err)
 	}
 	return nil
@@ -183,6 +183,10 @@ func (s *Service) counters(lc *limitCache, name string) *limitCounters {
 
 // plan resolves the request's limits into store requests, in p.
 func (s *Service) plan(p *plan, te *tenantEntry, d map[string]string, cost int64) error {
+	if te.resolved.UnknownDenied && !s.view.hasBudget(te.resolved.Tenant) {
+		p.deny, p.denying = item{l: &unknownTenant}, true
+		return nil
+	}
 	var now time.Time // read once, for the first budget limit
 	for i := range te.resolved.Limits {
 		l := &te.resolved.Limits[i]
@@ -215,18 +219,19 @@ func (s *Service) plan(p *plan, te *tenantEntry, d map[string]string, cost int64
 				now = s.cfg.Now()
 			}
 			rate, burst, _ := s.view.effective(now, te.resolved.Tenant, te.budget)
-			if rate <= 0 || burst < cost {
+			// The region's share (grant or floor) is slower than the budget
+			// and may rest longer than gcra's window: Fit lowers its burst
+			// to fit, admitting less, never more, than the share.
+			var ok bool
+			if lim, ok = gcra.Fit(rate, burst); !ok || lim.Burst < cost {
 				// This region may admit nothing of it now (a pinned tenant's
-				// other region, or a burst share below the cost).
+				// other region, a burst share below the cost, or a share
+				// below one unit per gcra.MaxWindow).
 				it.req = gcra.Request{Key: key, Cost: cost}
 				if !p.denying {
 					p.deny, p.denying = it, true
 				}
 				continue
-			}
-			var err error
-			if lim, err = gcra.FromPerSecond(rate, burst); err != nil {
-				return fmt.Errorf("limit %q: grant %v/s burst %d: %w", l.Name, rate, burst, err)
 			}
 		} else {
 			if lc.limErr != nil {

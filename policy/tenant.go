@@ -1,0 +1,78 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// MaxTenantLen bounds a tenant identifier, in bytes.
+const MaxTenantLen = 256
+
+// ErrTenant is wrapped by every error of ValidateTenant, for errors.Is.
+var ErrTenant = errors.New("invalid tenant name")
+
+// TenantError is a tenant name that ValidateTenant refuses, and the rule it
+// breaks.
+type TenantError struct {
+	Name string
+	Rule string
+}
+
+func (e *TenantError) Error() string {
+	name := e.Name
+	if len(name) > 64 {
+		name = name[:64] + "…"
+	}
+	return fmt.Sprintf("tenant %q: %s", name, e.Rule)
+}
+
+// Unwrap makes errors.Is(err, ErrTenant) true.
+func (e *TenantError) Unwrap() error { return ErrTenant }
+
+// ValidateTenant checks a tenant name wherever one enters allot (admin API
+// paths, policy tenants, decide descriptors, reports): 1 to MaxTenantLen
+// bytes of valid UTF-8, every character printable (letters, digits, marks,
+// punctuation, symbols) and none of whitespace, control or format
+// characters, '/', '\', '{', '}' (they would read as path elements or break
+// the hash tag {tenant} of Redis keys), and no "..". ASCII letters, digits
+// and "-_.:@+=~%!#$&*|,;^'()[]<>?" are all fine, and so are letters of any
+// script. Errors are *TenantError naming the rule.
+func ValidateTenant(name string) error {
+	bad := func(rule string, args ...any) error {
+		return &TenantError{Name: name, Rule: fmt.Sprintf(rule, args...)}
+	}
+	switch {
+	case name == "":
+		return bad("empty: want 1 to %d bytes", MaxTenantLen)
+	case len(name) > MaxTenantLen:
+		return bad("%d bytes, at most %d", len(name), MaxTenantLen)
+	case name == ".":
+		return bad(`"." is a path element, not a name`)
+	case strings.Contains(name, ".."):
+		return bad(`contains "..": a path element`)
+	}
+	for i, r := range name {
+		switch {
+		case r == utf8.RuneError:
+			if _, size := utf8.DecodeRuneInString(name[i:]); size == 1 {
+				return bad("byte %d is not valid UTF-8", i)
+			}
+			return bad("contains U+FFFD, the replacement character, at byte %d", i)
+		case r == '/' || r == '\\':
+			return bad("contains %q at byte %d: path separators are not allowed", r, i)
+		case r == '{' || r == '}':
+			return bad("contains %q at byte %d: braces would break the Redis hash tag {tenant}", r, i)
+		case unicode.IsSpace(r):
+			return bad("contains whitespace (%U) at byte %d", r, i)
+		case !unicode.IsPrint(r):
+			return bad("contains a non-printable character (%U) at byte %d", r, i)
+		}
+	}
+	return nil
+}
+
+// ValidTenant is ValidateTenant, under the name its first callers use.
+func ValidTenant(id string) error { return ValidateTenant(id) }
