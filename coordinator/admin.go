@@ -143,23 +143,14 @@ func (c *Coordinator) Shares(ctx context.Context, tenant string) (SharesView, er
 
 	grants := map[string]shares.Grant{}
 	var demand map[string]float64
+	v.Source = "follower"
 	c.mu.Lock()
-	if t := c.term; t != nil && t.alloc != nil {
-		grants, demand = t.alloc.Grants(tenant), t.alloc.Demand(tenant)
+	if t := c.term; t != nil && t.lead != nil {
+		a := t.lead.Allocator()
+		grants, demand = a.Grants(tenant), a.Demand(tenant)
 		v.Source = "leader"
 	}
 	c.mu.Unlock()
-	if v.Source == "etcd" {
-		all, _, err := c.store.Grants(ctx, "")
-		if err != nil {
-			return SharesView{}, err
-		}
-		for _, g := range all {
-			if g.Tenant == tenant {
-				grants[g.Region] = g.Grant
-			}
-		}
-	}
 	for _, r := range doc.Regions {
 		fr, _ := shares.Floor(sb, doc.Regions, r)
 		g, ok := grants[r]
@@ -181,6 +172,8 @@ type RegionStatus struct {
 	LastReport string `json:"last_report,omitempty"`
 	Applied    uint64 `json:"applied_epoch"`
 	LeaseValid bool   `json:"lease_valid"`
+	// Epoch is the last epoch issued to the region in this term.
+	Epoch uint64 `json:"epoch"`
 }
 
 // Status is the coordinator's state (DESIGN.md, GET /v1/status).
@@ -191,7 +184,9 @@ type Status struct {
 	Regions         []RegionStatus `json:"regions"`
 	LastRebalance   string         `json:"last_rebalance,omitempty"`
 	LastRebalanceMS float64        `json:"last_rebalance_ms"`
-	LastWrites      int            `json:"last_grant_writes"`
+	LastWrites      int            `json:"last_grant_writes"` // grants the last rebalance changed
+	Term            uint64         `json:"term,omitempty"`
+	Learning        bool           `json:"learning,omitempty"`
 	Tenants         int            `json:"tenants"`
 	PolicyVersion   int64          `json:"policy_version"`
 }
@@ -218,22 +213,25 @@ func (c *Coordinator) Status(ctx context.Context) (Status, error) {
 	}
 	s.LastWrites = c.lastWrites
 	s.Tenants = len(t.tenants)
+	if t.lead != nil {
+		s.Term, s.Learning = t.lead.Term(), t.lead.Learning(now)
+	}
 	for _, r := range t.regions {
 		rs := RegionStatus{Region: r}
 		var last time.Time
 		first := true
-		for _, p := range t.pods[r] {
-			if !now.Before(p.expires) {
-				continue
-			}
-			rs.Pods++
-			rs.LeaseValid = true
-			if first || p.applied < rs.Applied {
-				rs.Applied = p.applied
-			}
-			first = false
-			if p.lastSeen.After(last) {
-				last = p.lastSeen
+		if t.lead != nil {
+			rs.Epoch = t.lead.Epoch(r)
+			for _, p := range t.lead.Pods(r, now) {
+				rs.Pods++
+				rs.LeaseValid = true
+				if first || p.Acked < rs.Applied {
+					rs.Applied = p.Acked
+				}
+				first = false
+				if p.LastSeen.After(last) {
+					last = p.LastSeen
+				}
 			}
 		}
 		if !last.IsZero() {

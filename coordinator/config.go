@@ -34,6 +34,15 @@ type Config struct {
 	// leader crash costs nothing (regions keep their grants while a new
 	// leader takes over).
 	Lease time.Duration
+	// TenantIdleTimeout: a tenant with no budget record and no policy entry
+	// that no pod reported for this long is forgotten (its grants dropped;
+	// it returns on cold floors). 0 keeps every tenant. Default 5m.
+	TenantIdleTimeout time.Duration
+	// MaxTenants caps the tenants the leader tracks from reports (budget
+	// records and policy tenants are always tracked); beyond it, further
+	// tenants stay on cold floors, counted and logged. 0: no cap. Default
+	// 1,000,000.
+	MaxTenants int
 	// Shares tunes the allocator (smoothing, headroom, deadband, slew);
 	// Regions, Interval and Lease are set from the policy and this Config.
 	Shares shares.Config
@@ -50,6 +59,8 @@ func DefaultConfig() Config {
 		SessionTTL:        3 * time.Second,
 		RebalanceInterval: 2 * time.Second,
 		Lease:             10 * time.Second,
+		TenantIdleTimeout: 5 * time.Minute,
+		MaxTenants:        1_000_000,
 		Shares:            shares.DefaultConfig(),
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"slices"
 	"sync"
 	"time"
@@ -45,13 +44,16 @@ func (e *NotLeaderError) Error() string {
 type LeaderInfo = state.Leader
 
 // PodReport is one regional pod's report.
-type PodReport struct {
-	Region   string
-	Pod      string
-	Interval time.Duration
-	Applied  uint64
-	Usage    map[string]shares.Usage
-	LivePods int
+type PodReport = shares.PodReport
+
+// ReportAnswer is the leader's answer to a pod: its lease and grants, or
+// that its region left the policy.
+type ReportAnswer struct {
+	shares.Answer
+	// RegionRemoved: the pod's region is not in the policy.
+	RegionRemoved bool
+	// Coordinators are the gRPC addresses of every election candidate.
+	Coordinators []string
 }
 
 // Coordinator is one coordinator instance: a candidate, and while elected
@@ -75,38 +77,29 @@ type Coordinator struct {
 	hist       *history // the status page's chart
 
 	budgetCache *budgetCache // the budget records, mirrored from etcd by Run
+	capLogged   time.Time
 }
 
-// podState is the leader's view of one pod.
-type podState struct {
-	applied  uint64
-	expires  time.Time // leader clock: answer time + lease
-	lastSeen time.Time
-	live     int
-}
-
-// window accumulates one region's usage between rebalances.
-type window struct {
-	start time.Time
-	usage map[string]shares.Usage
-	any   bool
-}
-
-// term is the state of one leadership term.
+// term is the state of one leadership: the election it won, and the
+// protocol term it runs (a new one whenever the region set changes).
 type term struct {
-	fence   clientv3.Cmp
-	alloc   *shares.Allocator
+	rev     int64 // the election key's revision: terms of later leaders are larger
+	sub     uint64
+	lead    *shares.Leader
 	regions []string
 	policyV int64
 	doc     *policy.Document
-	pods    map[string]map[string]*podState
-	windows map[string]*window
-	tenants map[string]struct{}
+	tenants map[string]time.Time // tenants known, with when last reported (zero: from a budget or the policy)
+	peers   []string             // candidates' gRPC addresses
 	// grow asks the leader loop for an early grow pass: a report
 	// acknowledged a shrink that a deferred grow waits for. Buffered (1);
 	// senders never block.
 	grow chan struct{}
 }
+
+// termID is the protocol term of t's current shares.Leader: the election
+// revision in the high bits, so that every later leader's terms are larger.
+func (t *term) termID() uint64 { return uint64(t.rev)<<20 | t.sub }
 
 // New validates cfg and returns a Coordinator. Call Run to take part.
 func New(cfg Config) (*Coordinator, error) {
@@ -237,10 +230,8 @@ func (c *Coordinator) observe(ctx context.Context, el *concurrency.Election) {
 
 func (c *Coordinator) lead(ctx, sctx context.Context, sess *concurrency.Session, el *concurrency.Election) error {
 	t := &term{
-		fence:   clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev()),
-		pods:    map[string]map[string]*podState{},
-		windows: map[string]*window{},
-		tenants: map[string]struct{}{},
+		rev:     el.Rev(),
+		tenants: map[string]time.Time{},
 		grow:    make(chan struct{}, 1),
 	}
 	c.mu.Lock()
@@ -269,11 +260,8 @@ func (c *Coordinator) lead(ctx, sctx context.Context, sess *concurrency.Session,
 	defer stop()
 	for {
 		if err := c.rebalance(sctx, t); err != nil {
-			if errors.Is(err, state.ErrFenced) || sctx.Err() != nil {
+			if sctx.Err() != nil {
 				c.log.Warn("deposed", "err", err)
-				return err
-			}
-			if errors.Is(err, errStepDown) {
 				return err
 			}
 			c.log.Warn("rebalance", "err", err)
@@ -287,46 +275,26 @@ func (c *Coordinator) lead(ctx, sctx context.Context, sess *concurrency.Session,
 			case <-tick:
 				ticked = true
 			case <-t.grow:
-				// Any error here is a failed or fenced write: step down.
-				if err := c.growEarly(sctx, t); err != nil {
-					c.log.Warn("early grow", "err", err)
-					return err
-				}
+				c.growEarly(t)
 			}
 		}
 	}
 }
 
-// growEarly writes, between two rebalances, the grows the allocator
+// growEarly completes, between two rebalances, the grows the allocator
 // deferred and that acknowledgements received since have made room for
-// (shares.Allocator.Grow), fenced like every other write.
-func (c *Coordinator) growEarly(ctx context.Context, t *term) error {
+// (shares.Leader.Grow). They reach pods in the answers to their reports.
+func (c *Coordinator) growEarly(t *term) {
 	c.mu.Lock()
-	if t.alloc == nil {
-		c.mu.Unlock()
-		return nil
+	defer c.mu.Unlock()
+	if t.lead == nil {
+		return
 	}
-	changes := t.alloc.Grow(c.cfg.Now())
-	c.mu.Unlock()
-	if len(changes) == 0 {
-		return nil
+	if changes := t.lead.Grow(c.cfg.Now()); len(changes) > 0 {
+		c.m.grantWrites.Add(float64(len(changes)))
+		c.m.earlyGrows.Inc()
 	}
-	written, err := c.store.WriteGrants(ctx, t.fence, changes)
-	c.m.grantWrites.Add(float64(written))
-	if err != nil {
-		if errors.Is(err, state.ErrFenced) {
-			return err
-		}
-		c.log.Error("early grow write failed", "written", written, "of", len(changes), "err", err)
-		return fmt.Errorf("%w: %w", errStepDown, err)
-	}
-	c.m.earlyGrows.Inc()
-	return nil
 }
-
-// errStepDown ends a term whose grant write failed part-way: the next leader
-// (possibly this instance again) resumes from what etcd really holds.
-var errStepDown = errors.New("grant write failed; stepping down to resume from etcd")
 
 // rebalance runs one rebalance of term t.
 func (c *Coordinator) rebalance(ctx context.Context, t *term) error {
@@ -334,7 +302,7 @@ func (c *Coordinator) rebalance(ctx context.Context, t *term) error {
 	if err := c.refreshPolicy(ctx, t); err != nil {
 		return err
 	}
-	if t.alloc == nil {
+	if t.lead == nil {
 		return nil
 	}
 	records, ok := c.budgetCache.snapshot()
@@ -344,36 +312,61 @@ func (c *Coordinator) rebalance(ctx context.Context, t *term) error {
 			return err
 		}
 	}
+	peers := c.peers(ctx)
 
 	c.mu.Lock()
 	now := c.cfg.Now()
-	c.fold(t, now)
-	budgets := c.budgets(t, records)
-	changes := t.alloc.Rebalance(now, budgets)
-	c.hist.commit(now, t.alloc, budgets)
+	if peers != nil {
+		t.peers = peers
+	}
+	for _, r := range t.regions {
+		c.hist.observe(t.regions, r, t.lead.Window(r), now.Sub(c.lastRun))
+	}
+	budgets := c.budgets(t, records, now)
+	changes := t.lead.Rebalance(now, budgets)
+	learning := t.lead.Learning(now)
+	if !learning {
+		c.hist.commit(now, t.lead.Allocator(), budgets)
+	}
 	c.mu.Unlock()
 
-	written, err := c.store.WriteGrants(ctx, t.fence, changes)
-	c.m.grantWrites.Add(float64(written))
-	if err != nil {
-		if errors.Is(err, state.ErrFenced) {
-			return err
-		}
-		c.log.Error("grant write failed", "written", written, "of", len(changes), "err", err)
-		return fmt.Errorf("%w: %w", errStepDown, err)
-	}
 	d := time.Since(start)
+	c.m.grantWrites.Add(float64(len(changes)))
 	c.m.rebalanceDuration.Observe(d.Seconds())
 	c.m.rebalances.Inc()
 	c.m.tenants.Set(float64(len(budgets)))
+	if learning {
+		c.m.learning.Set(1)
+	} else {
+		c.m.learning.Set(0)
+	}
 	c.mu.Lock()
-	c.lastRun, c.lastDur, c.lastWrites = now, d, written
+	c.lastRun, c.lastDur, c.lastWrites = now, d, len(changes)
 	c.mu.Unlock()
 	return nil
 }
 
-// refreshPolicy loads the policy when it changed, and (re)builds the
-// allocator when the region set changed, resuming from etcd's grants.
+// peers reads the gRPC addresses of every election candidate (nil when etcd
+// does not answer).
+func (c *Coordinator) peers(ctx context.Context) []string {
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	resp, err := c.cfg.Etcd.Get(rctx, c.store.ElectionPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return nil
+	}
+	out := []string{}
+	for _, kv := range resp.Kvs {
+		var li LeaderInfo
+		if json.Unmarshal(kv.Value, &li) == nil && li.GRPC != "" && !slices.Contains(out, li.GRPC) {
+			out = append(out, li.GRPC)
+		}
+	}
+	return out
+}
+
+// refreshPolicy loads the policy when it changed; a change of the region
+// set starts a new protocol term, which learns before it grants.
 func (c *Coordinator) refreshPolicy(ctx context.Context, t *term) error {
 	pv, doc, err := c.store.Policy(ctx)
 	if errors.Is(err, state.ErrNotFound) {
@@ -385,145 +378,125 @@ func (c *Coordinator) refreshPolicy(ctx context.Context, t *term) error {
 	if pv.Version == t.policyV {
 		return nil
 	}
-	if t.alloc != nil && slices.Equal(doc.Regions, t.regions) {
-		c.mu.Lock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.lead != nil && slices.Equal(doc.Regions, t.regions) {
 		t.policyV, t.doc = pv.Version, doc
-		c.mu.Unlock()
+		t.lead.SetDefault(c.defaultBudget(doc))
 		return nil
 	}
-	cfg := c.cfg.Shares
+	cfg := shares.LeaderConfig{
+		Config:      c.cfg.Shares,
+		Term:        0,
+		Learning:    c.cfg.Lease + c.cfg.SessionTTL,
+		MaxTenants:  c.cfg.MaxTenants,
+		ValidTenant: policy.ValidTenant,
+	}
 	cfg.Regions = slices.Clone(doc.Regions)
 	cfg.Interval = c.cfg.RebalanceInterval
 	cfg.Lease = c.cfg.Lease
-	alloc, err := shares.NewAllocator(cfg)
+	t.sub++
+	cfg.Term = t.termID()
+	lead, err := shares.NewLeader(c.cfg.Now(), cfg)
 	if err != nil {
-		return fmt.Errorf("allocator: %w", err)
+		return fmt.Errorf("leader: %w", err)
 	}
-	grants, _, err := c.store.Grants(ctx, "")
-	if err != nil {
-		return err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	alloc.Restore(c.cfg.Now(), grants)
-	for _, g := range grants {
-		t.tenants[g.Tenant] = struct{}{}
-	}
-	t.alloc, t.regions, t.policyV, t.doc = alloc, cfg.Regions, pv.Version, doc
-	c.log.Info("allocator ready", "regions", cfg.Regions, "policy_version", pv.Version, "restored_grants", len(grants))
+	lead.SetDefault(c.defaultBudget(doc))
+	t.lead, t.regions, t.policyV, t.doc = lead, cfg.Regions, pv.Version, doc
+	c.log.Info("protocol term started: learning before granting", "term", cfg.Term, "regions", cfg.Regions,
+		"policy_version", pv.Version, "learning_until", lead.LearningUntil())
 	return nil
 }
 
-// fold feeds each region's accumulated pod usage to the allocator. c.mu held.
-func (c *Coordinator) fold(t *term, now time.Time) {
-	for _, region := range t.regions {
-		w := t.windows[region]
-		if w == nil || !w.any {
-			continue
-		}
-		applied := uint64(math.MaxUint64)
-		for id, p := range t.pods[region] {
-			if !now.Before(p.expires) {
-				delete(t.pods[region], id) // its lease surely lapsed
-				continue
-			}
-			applied = min(applied, p.applied)
-		}
-		if applied == math.MaxUint64 {
-			applied = 0
-		}
-		interval := now.Sub(w.start)
-		if interval <= 0 {
-			interval = time.Millisecond
-		}
-		c.hist.observe(t.regions, region, w.usage, interval)
-		if _, err := t.alloc.Report(now, shares.Report{Region: region, Interval: interval, Applied: applied, Usage: w.usage}); err != nil {
-			c.log.Warn("fold report", "region", region, "err", err)
-		}
-		t.windows[region] = &window{start: now, usage: map[string]shares.Usage{}}
+// defaultBudget is the budget of a tenant with none of its own, or nil when
+// the policy denies unknown tenants.
+func (c *Coordinator) defaultBudget(doc *policy.Document) *shares.Budget {
+	if doc.UnknownTenants == policy.UnknownDeny {
+		return nil
 	}
+	b := doc.TenantBudget("", nil).Shares()
+	return &b
 }
 
-// budgets returns the effective budget of every tenant the leader knows.
-// c.mu held.
-func (c *Coordinator) budgets(t *term, records []state.BudgetRecord) map[string]shares.Budget {
+// budgets returns the effective budget of every tenant the leader knows:
+// those with a budget record or a policy entry, and those reported within
+// the tenant idle timeout (the others are forgotten). c.mu held.
+func (c *Coordinator) budgets(t *term, records []state.BudgetRecord, now time.Time) map[string]shares.Budget {
 	over := make(map[string]*policy.Budget, len(records))
 	for i := range records {
 		over[records[i].Tenant] = &records[i].Budget
-		t.tenants[records[i].Tenant] = struct{}{}
+	}
+	out := make(map[string]shares.Budget, len(t.tenants)+len(records))
+	for id, seen := range t.tenants {
+		if _, listed := t.doc.Tenants[id]; over[id] == nil && !listed && c.cfg.TenantIdleTimeout > 0 && now.Sub(seen) > c.cfg.TenantIdleTimeout {
+			delete(t.tenants, id)
+			continue
+		}
+		out[id] = t.doc.TenantBudget(id, over[id]).Shares()
+	}
+	for id, b := range over {
+		out[id] = t.doc.TenantBudget(id, b).Shares()
 	}
 	for id := range t.doc.Tenants {
-		t.tenants[id] = struct{}{}
-	}
-	out := make(map[string]shares.Budget, len(t.tenants))
-	for id := range t.tenants {
 		out[id] = t.doc.TenantBudget(id, over[id]).Shares()
 	}
 	return out
 }
 
-// Report takes one pod's report. The leader answers with a renewal; a
-// follower with a *NotLeaderError naming the leader.
-func (c *Coordinator) Report(_ context.Context, r PodReport) (shares.Renewal, error) {
+// Report takes one pod's report. The leader answers with a renewal and the
+// region's grants that changed since the epoch the pod applied; a follower
+// with a *NotLeaderError naming the leader.
+func (c *Coordinator) Report(_ context.Context, r PodReport) (ReportAnswer, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := c.term
 	if t == nil {
 		c.m.reports.WithLabelValues(r.Region, "not_leader").Inc()
-		return shares.Renewal{}, &NotLeaderError{Leader: c.leader.GRPC}
+		return ReportAnswer{}, &NotLeaderError{Leader: c.leader.GRPC}
 	}
-	if t.alloc == nil {
+	if t.lead == nil {
 		c.m.reports.WithLabelValues(r.Region, "no_policy").Inc()
-		return shares.Renewal{}, ErrNoPolicy
-	}
-	if !slices.Contains(t.regions, r.Region) {
-		c.m.reports.WithLabelValues("unknown", "rejected").Inc()
-		return shares.Renewal{}, fmt.Errorf("%w: region %q is not in the policy (regions: %v)", ErrBadReport, r.Region, t.regions)
-	}
-	if r.Pod == "" {
-		return shares.Renewal{}, fmt.Errorf("%w: pod: missing", ErrBadReport)
-	}
-	for tenant, u := range r.Usage {
-		if !(u.Offered >= 0) || !(u.Admitted >= 0) || math.IsInf(u.Offered, 0) || math.IsInf(u.Admitted, 0) {
-			c.m.reports.WithLabelValues(r.Region, "rejected").Inc()
-			return shares.Renewal{}, fmt.Errorf("%w: usage of %q: offered %v, admitted %v: want finite and ≥ 0", ErrBadReport, tenant, u.Offered, u.Admitted)
-		}
+		return ReportAnswer{}, ErrNoPolicy
 	}
 	now := c.cfg.Now()
-	pods := t.pods[r.Region]
-	if pods == nil {
-		pods = map[string]*podState{}
-		t.pods[r.Region] = pods
+	ans, err := t.lead.Report(now, r)
+	switch {
+	case errors.Is(err, shares.ErrUnknownRegion):
+		c.m.reports.WithLabelValues("unknown", "region_removed").Inc()
+		return ReportAnswer{Answer: shares.Answer{Term: t.lead.Term()}, RegionRemoved: true, Coordinators: t.peers}, nil
+	case err != nil:
+		c.m.reports.WithLabelValues(r.Region, "rejected").Inc()
+		return ReportAnswer{}, fmt.Errorf("%w: %w", ErrBadReport, err)
 	}
-	pods[r.Pod] = &podState{applied: r.Applied, expires: now.Add(c.cfg.Lease), lastSeen: now, live: r.LivePods}
-	// The region has applied what every one of its live pods has: tell the
-	// allocator now (its usage waits for the next fold), and wake the
-	// leader loop when that unblocks a deferred grow.
-	applied := uint64(math.MaxUint64)
-	for _, p := range pods {
-		if now.Before(p.expires) {
-			applied = min(applied, p.applied)
+	for tenant := range r.Usage {
+		if _, ok := t.tenants[tenant]; ok || c.cfg.MaxTenants == 0 || len(t.tenants) < c.cfg.MaxTenants {
+			t.tenants[tenant] = now
+		} else {
+			c.m.tenantsDropped.Inc()
+			c.logTenantCap()
 		}
 	}
-	if ok, err := t.alloc.Ack(r.Region, applied); err == nil && ok {
+	if ans.Learning {
+		c.m.reports.WithLabelValues(r.Region, "learning").Inc()
+	} else {
+		c.m.reports.WithLabelValues(r.Region, "accepted").Inc()
+	}
+	c.m.answerGrants.Add(float64(len(ans.Entries)))
+	if t.lead.Growable() {
 		select {
 		case t.grow <- struct{}{}:
 		default:
 		}
 	}
-	w := t.windows[r.Region]
-	if w == nil {
-		w = &window{start: now.Add(-r.Interval), usage: map[string]shares.Usage{}}
-		t.windows[r.Region] = w
+	return ReportAnswer{Answer: ans, Coordinators: t.peers}, nil
+}
+
+// logTenantCap logs, at most once a minute, that the tenant cap was hit.
+// c.mu held.
+func (c *Coordinator) logTenantCap() {
+	if now := time.Now(); now.Sub(c.capLogged) >= time.Minute {
+		c.capLogged = now
+		c.log.Warn("tenant cap reached: further tenants are not tracked (they stay on cold floors)",
+			"max_tenants", c.cfg.MaxTenants, "note", "counted in allot_coordinator_tenants_dropped_total; raise --max-tenants")
 	}
-	w.any = true
-	for tenant, u := range r.Usage {
-		acc := w.usage[tenant]
-		acc.Offered += u.Offered
-		acc.Admitted += u.Admitted
-		w.usage[tenant] = acc
-		t.tenants[tenant] = struct{}{}
-	}
-	c.m.reports.WithLabelValues(r.Region, "accepted").Inc()
-	return shares.Renewal{Lease: c.cfg.Lease, MinEpoch: t.alloc.MinEpoch(r.Region)}, nil
 }

@@ -41,6 +41,8 @@ func GRPCError(err error) error {
 	switch {
 	case errors.Is(err, errUnauthorized):
 		code = codes.Unauthenticated
+	case errors.Is(err, shares.ErrTooManyPods):
+		code = codes.ResourceExhausted
 	case errors.Is(err, errBadRequest), errors.Is(err, policy.ErrInvalid), errors.Is(err, ErrBadReport):
 		code = codes.InvalidArgument
 	case errors.Is(err, state.ErrNotFound):
@@ -67,9 +69,16 @@ func (g *grpcAPI) Report(ctx context.Context, r *allotv1.ReportRequest) (*allotv
 		acc.Admitted += u.GetAdmitted()
 		usage[u.GetTenant()] = acc
 	}
-	rn, err := g.c.Report(ctx, PodReport{
+	var held []shares.Entry
+	if h := r.GetHeld(); h != nil {
+		held = make([]shares.Entry, 0, len(h))
+		for _, e := range h {
+			held = append(held, shares.Entry{Tenant: e.GetTenant(), Grant: fromGrantPB(e)})
+		}
+	}
+	ans, err := g.c.Report(ctx, PodReport{
 		Region: r.GetRegion(), Pod: r.GetPod(), Interval: time.Duration(r.GetIntervalMs()) * time.Millisecond,
-		Applied: r.GetAppliedEpoch(), Usage: usage, LivePods: int(r.GetLivePods()),
+		Term: r.GetTerm(), Applied: r.GetAppliedEpoch(), Usage: usage, LivePods: int(r.GetLivePods()), Held: held,
 	})
 	var nl *NotLeaderError
 	if errors.As(err, &nl) {
@@ -78,9 +87,34 @@ func (g *grpcAPI) Report(ctx context.Context, r *allotv1.ReportRequest) (*allotv
 	if err != nil {
 		return nil, GRPCError(err)
 	}
-	return &allotv1.ReportResponse{
-		Accepted: true, Leader: g.c.cfg.GRPCAddr, LeaseMs: rn.Lease.Milliseconds(), MinEpoch: rn.MinEpoch,
-	}, nil
+	out := &allotv1.ReportResponse{
+		Accepted: true, Leader: g.c.cfg.GRPCAddr, LeaseMs: ans.Lease.Milliseconds(),
+		Term: ans.Term, Learning: ans.Learning, Full: ans.Full, Epoch: ans.Epoch,
+		ColdRate: ans.Cold.Rate, ColdBurst: ans.Cold.Burst, SharePods: int32(ans.SharePods), Pods: int32(ans.Pods),
+		Coordinators: ans.Coordinators, RegionRemoved: ans.RegionRemoved,
+	}
+	if len(ans.Entries) > 0 {
+		out.Grants = make([]*allotv1.Grant, len(ans.Entries))
+		for i, e := range ans.Entries {
+			out.Grants[i] = ToGrantPB(e)
+		}
+	}
+	return out, nil
+}
+
+// ToGrantPB is a grant as sent.
+func ToGrantPB(e shares.Entry) *allotv1.Grant {
+	return &allotv1.Grant{Tenant: e.Tenant, Rate: e.Grant.Rate, Burst: e.Grant.Burst,
+		FloorRate: e.Grant.FloorRate, FloorBurst: e.Grant.FloorBurst, Epoch: e.Grant.Epoch}
+}
+
+func fromGrantPB(g *allotv1.Grant) shares.Grant {
+	return shares.Grant{Rate: g.GetRate(), Burst: g.GetBurst(), FloorRate: g.GetFloorRate(), FloorBurst: g.GetFloorBurst(), Epoch: g.GetEpoch()}
+}
+
+// FromGrantPB is a received grant.
+func FromGrantPB(g *allotv1.Grant) shares.Entry {
+	return shares.Entry{Tenant: g.GetTenant(), Grant: fromGrantPB(g)}
 }
 
 func (g *grpcAPI) authorize(ctx context.Context) error {

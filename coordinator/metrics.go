@@ -16,6 +16,9 @@ type metrics struct {
 	reports           *prometheus.CounterVec
 	tenants           prometheus.Gauge
 	adminRequests     *prometheus.CounterVec
+	learning          prometheus.Gauge
+	tenantsDropped    prometheus.Counter
+	answerGrants      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -34,11 +37,24 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}),
 		grantWrites: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "allot_grant_writes_total", Help: "Grants written to etcd (changed grants only).",
+			Name: "allot_grant_changes_total",
+			Help: "Grants the leader changed (each reaches its region's pods in the answers to their reports; none is written to etcd).",
+		}),
+		learning: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "allot_coordinator_learning",
+			Help: "1 while the leader learns (for a lease length after a term starts it renews and grants nothing), else 0.",
+		}),
+		tenantsDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "allot_coordinator_tenants_dropped_total",
+			Help: "Reported usage of tenants beyond --max-tenants, not tracked (those tenants stay on cold floors).",
+		}),
+		answerGrants: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "allot_coordinator_answer_grants_total",
+			Help: "Grants sent to pods in answers to their reports (changes since each pod's epoch, or full syncs).",
 		}),
 		earlyGrows: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "allot_early_grows_total",
-			Help: "Grow passes written between rebalances because a report acknowledged a shrink that a deferred grow waited for.",
+			Help: "Grow passes made between rebalances because a report acknowledged a shrink that a deferred grow waited for.",
 		}),
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "allot_coordinator_reports_total", Help: "Pod reports received, by region and result.",
@@ -53,7 +69,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.leader, m.terms, m.rebalances, m.rebalanceDuration, m.grantWrites, m.earlyGrows, m.reports, m.tenants, m.adminRequests} {
+	for _, c := range []prometheus.Collector{m.leader, m.terms, m.rebalances, m.rebalanceDuration, m.grantWrites, m.earlyGrows, m.reports, m.tenants, m.adminRequests, m.learning, m.tenantsDropped, m.answerGrants} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

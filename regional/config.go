@@ -17,7 +17,8 @@ import (
 type Config struct {
 	// Region is this pod's region; it must be one of the policy's regions.
 	Region string
-	// Pod names this pod in reports (default: a random name).
+	// Pod names this pod in reports; a random instance id is always appended,
+	// so that the name is unique per process (default name: the region).
 	Pod string
 	// Store is the region's Redis (or, for allot dev, an in-memory store).
 	// Required. If it also implements gcra.BatchStore, shadow limits ride in

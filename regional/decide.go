@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/sony/gobreaker/v2"
@@ -256,20 +255,25 @@ func (s *Service) plan(p *plan, te *tenantEntry, d map[string]string, cost int64
 }
 
 // fallbackLimit is what one pod admits for a limit while the store is
-// unavailable: the policy's fallback rate, or the limit's (T, B) divided
-// among the region's live pods.
-func fallbackLimit(l *policy.ResolvedLimit, lim gcra.Limit, pods int, cost int64) gcra.Limit {
+// unavailable: 1/share of the limit's (T, B) — for a budget limit share is
+// the leader's fail-open share, for others the larger of the gossip and the
+// leader's pod counts — or the policy's fallback rate when it is lower.
+// ok is false when the pod may admit nothing (a share of the burst below
+// the cost, or no share).
+func fallbackLimit(l *policy.ResolvedLimit, lim gcra.Limit, share int, cost int64) (gcra.Limit, bool) {
+	if share <= 0 {
+		return gcra.Limit{}, false
+	}
+	rate := lim.PerSecond() / float64(share)
+	burst := lim.Burst / int64(share)
 	if l.FallbackRate.Count > 0 {
-		if f, err := gcra.NewLimit(l.FallbackRate, max(lim.Burst/int64(pods), cost, 1)); err == nil {
-			return f
-		}
+		rate = min(rate, float64(l.FallbackRate.Count)/l.FallbackRate.Period.Seconds())
 	}
-	rate := lim.PerSecond() / float64(pods)
-	burst := max(lim.Burst/int64(pods), cost, 1)
-	if f, err := gcra.FromPerSecond(math.Max(rate, 1e-6), burst); err == nil {
-		return f
+	if burst < cost || burst < 1 || !(rate > 0) {
+		return gcra.Limit{}, false
 	}
-	return lim
+	f, ok := gcra.Fit(rate, burst)
+	return f, ok
 }
 
 func quota(l *policy.ResolvedLimit) (int64, time.Duration) { return l.Rate.Count, l.Rate.Period }
@@ -487,11 +491,24 @@ func (s *Service) fallbackDecide(ctx context.Context, enforced *items, reason st
 	if enforced.n == 0 {
 		return Decision{Allowed: true, Fallback: true}, nil
 	}
-	pods := s.livePods()
+	pods := max(s.livePods(), s.view.leaderPods())
+	budgetShare := s.view.failOpenShare(s.cfg.Now())
 	reqs := make([]gcra.Request, enforced.n)
 	for i := range reqs {
 		it := enforced.at(i)
-		reqs[i] = gcra.Request{Key: it.req.Key, Limit: fallbackLimit(it.l, it.req.Limit, pods, it.req.Cost), Cost: it.req.Cost}
+		share := pods
+		if it.l.FromBudget {
+			share = budgetShare
+		}
+		lim, ok := fallbackLimit(it.l, it.req.Limit, share, it.req.Cost)
+		if !ok {
+			// No fail-open share of the budget (no lease, or one not yet
+			// handed out), or a share of the burst below the cost: deny.
+			s.countFallback(it.l.Name, reason, "no_share")
+			q, w := quota(it.l)
+			return Decision{Limit: it.l.Name, RetryAfter: time.Second, Fallback: true, Closed: true, Quota: q, Window: w}, it.lc
+		}
+		reqs[i] = gcra.Request{Key: it.req.Key, Limit: lim, Cost: it.req.Cost}
 		s.countFallback(it.l.Name, reason, "open")
 	}
 	d, err := s.local.Decide(ctx, reqs)

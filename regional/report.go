@@ -22,6 +22,10 @@ type reporter struct {
 	mu     sync.Mutex
 	leader string // gRPC address
 	conn   *grpc.ClientConn
+	// peers are the coordinators the last answer listed; tried in turn
+	// when the leader and etcd are both out of reach.
+	peers []string
+	next  int
 	// Dial opens a connection to a leader; tests may replace it.
 	dial func(addr string) (*grpc.ClientConn, error)
 }
@@ -104,18 +108,27 @@ func (r *reporter) client(ctx context.Context) (allotv1.CoordinatorClient, error
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.conn == nil {
+		addr := ""
 		l, err := r.s.store.Leader(ctx)
-		if err != nil {
+		switch {
+		case err == nil && l.GRPC != "":
+			addr = l.GRPC
+		case len(r.peers) > 0:
+			// etcd is out of reach (or names no leader): ask the
+			// coordinators the leader listed, in turn; a follower
+			// names the leader.
+			addr = r.peers[r.next%len(r.peers)]
+			r.next++
+		case err != nil:
 			return nil, err
-		}
-		if l.GRPC == "" {
+		default:
 			return nil, errors.New("the leader publishes no gRPC address")
 		}
-		c, err := r.dial(l.GRPC)
+		c, err := r.dial(addr)
 		if err != nil {
 			return nil, err
 		}
-		r.conn, r.leader = c, l.GRPC
+		r.conn, r.leader = c, addr
 	}
 	return allotv1.NewCoordinatorClient(r.conn), nil
 }
@@ -136,11 +149,19 @@ func (r *reporter) redirect(addr string) {
 	}
 }
 
-// report sends one report (following one redirect) and applies the lease.
+// report sends one report (following one redirect) and applies the answer.
 func (r *reporter) report(ctx context.Context, usage map[string]shares.Usage, interval time.Duration) {
+	term, applied, held := r.s.view.reportState()
 	req := &allotv1.ReportRequest{
 		Region: r.s.cfg.Region, Pod: r.s.cfg.Pod, IntervalMs: max(1, interval.Milliseconds()),
-		AppliedEpoch: r.s.view.applied(), LivePods: int32(r.s.livePods()),
+		Term: term, AppliedEpoch: applied, LivePods: int32(r.s.livePods()),
+	}
+	if held != nil {
+		req.Held = make([]*allotv1.Grant, len(held))
+		for i, e := range held {
+			req.Held[i] = &allotv1.Grant{Tenant: e.Tenant, Rate: e.Grant.Rate, Burst: e.Grant.Burst,
+				FloorRate: e.Grant.FloorRate, FloorBurst: e.Grant.FloorBurst, Epoch: e.Grant.Epoch}
+		}
 	}
 	for t, u := range usage {
 		req.Usage = append(req.Usage, &allotv1.TenantUsage{Tenant: t, Offered: u.Offered, Admitted: u.Admitted})
@@ -160,7 +181,7 @@ func (r *reporter) report(ctx context.Context, usage map[string]shares.Usage, in
 		rctx, cancel := context.WithTimeout(ctx, r.s.cfg.ReportTimeout)
 		// The lease counts from when the report was sent (monotonic clock).
 		sentAt := r.s.cfg.Now()
-		resp, err := cl.Report(rctx, req)
+		resp, err := cl.Report(rctx, req, grpc.MaxCallRecvMsgSize(maxAnswerBytes))
 		cancel()
 		if err != nil {
 			r.s.m.reports.WithLabelValues("failed").Inc()
@@ -173,10 +194,45 @@ func (r *reporter) report(ctx context.Context, usage map[string]shares.Usage, in
 			r.redirect(resp.GetLeader())
 			continue
 		}
-		r.s.m.reports.WithLabelValues("accepted").Inc()
-		r.s.view.renewed(sentAt, shares.Renewal{
-			Lease: time.Duration(resp.GetLeaseMs()) * time.Millisecond, MinEpoch: resp.GetMinEpoch(),
-		})
+		if p := resp.GetCoordinators(); len(p) > 0 {
+			r.mu.Lock()
+			r.peers = p
+			r.mu.Unlock()
+		}
+		if resp.GetRegionRemoved() {
+			r.s.m.reports.WithLabelValues("region_removed").Inc()
+			r.s.log.Warn("the leader says this pod's region is not in the policy: enforcing nothing for budget limits",
+				"region", r.s.cfg.Region)
+			r.s.view.removed()
+			return
+		}
+		if resp.GetLearning() {
+			r.s.m.reports.WithLabelValues("learning").Inc()
+		} else {
+			r.s.m.reports.WithLabelValues("accepted").Inc()
+		}
+		r.s.view.answered(sentAt, answerFromPB(resp), r.s.cfg.Now())
 		return
 	}
+}
+
+// maxAnswerBytes bounds an answer (a full sync of every grant of a region:
+// about 40 bytes per tenant).
+const maxAnswerBytes = 256 << 20
+
+func answerFromPB(resp *allotv1.ReportResponse) shares.Answer {
+	a := shares.Answer{
+		Term: resp.GetTerm(), Learning: resp.GetLearning(), Lease: time.Duration(resp.GetLeaseMs()) * time.Millisecond,
+		Full: resp.GetFull(), Epoch: resp.GetEpoch(),
+		Cold:      shares.Ceiling{Rate: resp.GetColdRate(), Burst: resp.GetColdBurst()},
+		SharePods: int(resp.GetSharePods()), Pods: int(resp.GetPods()),
+	}
+	if gs := resp.GetGrants(); len(gs) > 0 {
+		a.Entries = make([]shares.Entry, len(gs))
+		for i, g := range gs {
+			a.Entries[i] = shares.Entry{Tenant: g.GetTenant(), Grant: shares.Grant{Rate: g.GetRate(), Burst: g.GetBurst(),
+				FloorRate: g.GetFloorRate(), FloorBurst: g.GetFloorBurst(), Epoch: g.GetEpoch()}}
+		}
+	}
+	return a
 }

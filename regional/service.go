@@ -56,11 +56,14 @@ func New(cfg Config) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// A pod's identity is unique per process: the leader counts every
+	// process that may hold a lease, and a restarted pod is a new one.
+	var b [4]byte
+	_, _ = rand.Read(b[:])
 	if cfg.Pod == "" {
-		var b [4]byte
-		_, _ = rand.Read(b[:])
-		cfg.Pod = cfg.Region + "-" + hex.EncodeToString(b[:])
+		cfg.Pod = cfg.Region
 	}
+	cfg.Pod += "-" + hex.EncodeToString(b[:])
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -74,7 +77,11 @@ func New(cfg Config) (*Service, error) {
 		}
 		cfg.Store = ps
 	}
-	local, err := memstore.New(memstore.DefaultConfig())
+	// The fallback's buckets start empty: Redis may have spent the burst
+	// just before it failed.
+	lcfg := memstore.DefaultConfig()
+	lcfg.StartEmpty = true
+	local, err := memstore.New(lcfg)
 	if err != nil {
 		return nil, err
 	}
@@ -156,9 +163,6 @@ func (s *Service) Run(ctx context.Context) error {
 	})
 	g.Go(func() error {
 		return ignoreCtx(state.Mirror(ctx, s.cfg.Etcd, s.store.BudgetsPrefix(), budgetMirror{s.view}, 0, logErr("budgets")))
-	})
-	g.Go(func() error {
-		return ignoreCtx(state.Mirror(ctx, s.cfg.Etcd, s.store.GrantsPrefix(s.cfg.Region), grantMirror{v: s.view, now: s.cfg.Now}, 0, logErr("grants")))
 	})
 	g.Go(func() error { return ignoreCtx(s.local.Run(ctx)) })
 	g.Go(func() error { return s.rep.run(ctx) })

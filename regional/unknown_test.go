@@ -22,8 +22,8 @@ import (
 	allotv1 "github.com/allot-dev/allot/proto/allot/v1"
 )
 
-// redisPod is a pod on a real redis-server.
-func redisPod(t *testing.T) *pod {
+// unknownPod is a pod on a real redis-server.
+func unknownPod(t *testing.T) *pod {
 	t.Helper()
 	rs := redistest.Start(t)
 	rc := redis.NewClient(redistest.ClientOptions(rs.Addr))
@@ -41,7 +41,7 @@ func redisPod(t *testing.T) *pod {
 // never reported; tenants with an entry or a budget are decided as before;
 // with allow (the default) the stranger gets the default tier again.
 func TestUnknownTenantsDeny(t *testing.T) {
-	p := redisPod(t)
+	p := unknownPod(t)
 	ctx := context.Background()
 	base, err := os.ReadFile("testdata/policy.yaml")
 	if err != nil {

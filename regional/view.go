@@ -1,8 +1,8 @@
 package regional
 
 import (
+	"math"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,9 +16,10 @@ import (
 	"github.com/allot-dev/allot/shares"
 )
 
-// view is a pod's copy of what etcd says: the policy, the tenant budgets set
-// through the admin API, and its region's grants (held in a shares.Region,
-// with the lease). Reads take the read lock; the mirrors and the reporter
+// view is a pod's copy of what etcd says (the policy and the tenant budgets
+// set through the admin API) and of what the leader's answers said (its
+// region's grants, the lease, the cold floor and the fail-open share, held
+// in a shares.Pod). Reads take the read lock; the mirrors and the reporter
 // take the write lock.
 type view struct {
 	region string
@@ -29,17 +30,14 @@ type view struct {
 	doc           *policy.Document
 	policyVersion int64
 	budgets       map[string]*state.BudgetRecord
-	grants        map[string]shares.Change // last grant per tenant, to rebuild the Region
-	reg           *shares.Region
+	pod           *shares.Pod
 	policyLoaded  bool
-	grantsSynced  bool
-	grantsAt      time.Time // when a grant last arrived (pod clock)
-	minEpoch      uint64    // largest MinEpoch a renewal carried
+	grantsAt      time.Time // when an answer last carried grants (pod clock)
 
-	// shrunk is signalled (without blocking; buffered 1) when a grant
-	// arrives that lowers a tenant's rate or burst: the leader may be
-	// holding back a grow elsewhere until this pod acknowledges it, so the
-	// reporter reports soon rather than at its next tick.
+	// shrunk is signalled (without blocking; buffered 1) when an answer
+	// lowers a tenant's rate or burst: the leader may be holding back a
+	// grow elsewhere until this pod acknowledges it, so the reporter
+	// reports soon rather than at its next tick.
 	shrunk chan struct{}
 
 	// gen counts changes of the policy or budgets; tenant entries of an
@@ -83,16 +81,17 @@ func newView(region string, store *state.Store, drift time.Duration) *view {
 		store:   store,
 		drift:   drift,
 		budgets: map[string]*state.BudgetRecord{},
-		grants:  map[string]shares.Change{},
+		pod:     shares.NewPod(region, drift),
 		shrunk:  make(chan struct{}, 1),
 	}
 }
 
-// ready reports whether the policy is loaded and the grants synced once.
+// ready reports whether the policy is loaded and a leader sent the region's
+// grants once.
 func (v *view) ready() bool {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	return v.policyLoaded && v.grantsSynced && v.doc != nil && slices.Contains(v.doc.Regions, v.region)
+	return v.policyLoaded && v.pod.Synced() && v.doc != nil && slices.Contains(v.doc.Regions, v.region)
 }
 
 // tenant returns tenant's resolved policy, or nil before a policy is loaded.
@@ -146,73 +145,102 @@ func (v *view) tenant(id string) *tenantEntry {
 	return te
 }
 
-// effective returns the rate and burst the region enforces now for a
-// tenant's budget, and whether it comes from a leased grant.
+// effective returns the rate and burst the pod enforces now for a tenant's
+// budget b on the Redis path, and whether it comes from a leased grant.
 func (v *view) effective(now time.Time, tenant string, b shares.Budget) (float64, int64, bool) {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	if v.reg == nil {
-		return 0, 0, false
-	}
-	return v.reg.Effective(now, tenant, b)
+	return v.pod.Effective(now, tenant, v.ownLocked(b))
 }
 
-// applied returns the highest grant epoch applied.
-func (v *view) applied() uint64 {
+// ownLocked is a budget's floor in this region by the pod's own reading of
+// the policy. v.mu held.
+func (v *view) ownLocked(b shares.Budget) shares.Ceiling {
+	if v.doc == nil {
+		return shares.Ceiling{}
+	}
+	r, bu := shares.Floor(b, v.doc.Regions, v.region)
+	return shares.Ceiling{Rate: r, Burst: bu}
+}
+
+// ownTenantLocked is tenant's floor by the pod's own reading. v.mu held.
+func (v *view) ownTenantLocked(tenant string) shares.Ceiling {
+	if v.doc == nil {
+		return shares.Ceiling{}
+	}
+	var over *policy.Budget
+	if rec := v.budgets[tenant]; rec != nil {
+		over = &rec.Budget
+	}
+	return v.ownLocked(v.doc.TenantBudget(tenant, over).Shares())
+}
+
+// failOpenShare returns the denominator of the pod's fail-open share now (0:
+// it may not fail open).
+func (v *view) failOpenShare(now time.Time) int {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	if v.reg == nil {
-		return 0
-	}
-	return v.reg.Applied()
+	return v.pod.FailOpenShare(now)
 }
 
-// renewed records a lease renewal for the report sent at sentAt.
-func (v *view) renewed(sentAt time.Time, rn shares.Renewal) {
+// leaderPods is the region's pod count as the leader last counted it.
+func (v *view) leaderPods() int {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.pod.Pods()
+}
+
+// reportState returns what the next report carries: the term and epoch of
+// the grants the pod holds, and those grants when they are of an older term
+// than the last answering leader's.
+func (v *view) reportState() (term, applied uint64, held []shares.Entry) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	term, applied = v.pod.State()
+	return term, applied, v.pod.Held()
+}
+
+// answered applies the leader's answer to the report sent at sentAt.
+func (v *view) answered(sentAt time.Time, a shares.Answer, now time.Time) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.minEpoch = max(v.minEpoch, rn.MinEpoch)
-	if v.reg != nil {
-		v.reg.Renewed(sentAt, rn)
+	shrunk := false
+	for _, e := range a.Entries {
+		if g, ok := v.pod.Grant(e.Tenant); ok && (e.Grant.Rate < g.Rate || e.Grant.Burst < g.Burst) {
+			shrunk = true
+		}
 	}
+	v.pod.Answered(sentAt, a, v.ownTenantLocked)
+	if len(a.Entries) > 0 || a.Full {
+		v.grantsAt = now
+	}
+	if shrunk {
+		select {
+		case v.shrunk <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// removed records that the leader said the pod's region is not in the
+// policy.
+func (v *view) removed() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.pod.Removed()
+}
+
+// lowerFloors lowers every grant's floor to the pod's own reading, after the
+// policy or a budget changed. v.mu held.
+func (v *view) lowerFloorsLocked() {
+	v.pod.LowerFloors(v.ownTenantLocked)
 }
 
 // leaseUntil returns when the pod's lease ends (zero: never renewed).
 func (v *view) leaseUntil() time.Time {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	if v.reg == nil {
-		return time.Time{}
-	}
-	return v.reg.LeaseUntil()
-}
-
-// rebuild makes a new shares.Region for the policy's regions, keeping the
-// lease and re-applying every known grant in epoch order. v.mu held.
-func (v *view) rebuild() {
-	if v.doc == nil {
-		return
-	}
-	cfg := shares.DefaultConfig(v.doc.Regions...)
-	var lease time.Time
-	if v.reg != nil {
-		lease = v.reg.LeaseUntil()
-	}
-	r := shares.NewRegion(v.region, cfg, v.drift)
-	// Keep the lease (the same renewal still bounds it) and the minimum
-	// epoch renewals carried.
-	if !lease.IsZero() {
-		r.Renewed(lease.Add(v.drift), shares.Renewal{MinEpoch: v.minEpoch})
-	}
-	cs := make([]shares.Change, 0, len(v.grants))
-	for _, c := range v.grants {
-		cs = append(cs, c)
-	}
-	sort.Slice(cs, func(i, j int) bool { return cs[i].Grant.Epoch < cs[j].Grant.Epoch })
-	for _, c := range cs {
-		r.Apply(c)
-	}
-	v.reg = r
+	return v.pod.LeaseUntil()
 }
 
 // policyMirror feeds the current-policy key.
@@ -237,11 +265,8 @@ func (m policyMirror) Put(kv *mvccpb.KeyValue) {
 	v := m.v
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	regionsChanged := v.doc == nil || !slices.Equal(v.doc.Regions, doc.Regions)
 	v.doc, v.policyVersion, v.policyLoaded = doc, pv.Version, true
-	if regionsChanged {
-		v.rebuild()
-	}
+	v.lowerFloorsLocked()
 	v.gen.Add(1)
 }
 
@@ -260,6 +285,7 @@ func (m budgetMirror) Reset(kvs []*mvccpb.KeyValue, _ int64) {
 	}
 	v.mu.Lock()
 	v.budgets = next
+	v.lowerFloorsLocked()
 	v.mu.Unlock()
 	v.gen.Add(1)
 }
@@ -271,6 +297,12 @@ func (m budgetMirror) Put(kv *mvccpb.KeyValue) {
 	}
 	m.v.mu.Lock()
 	m.v.budgets[rec.Tenant] = &rec
+	m.v.pod.LowerFloors(func(t string) shares.Ceiling {
+		if t != rec.Tenant {
+			return shares.Ceiling{Rate: math.Inf(1), Burst: math.MaxInt64}
+		}
+		return m.v.ownTenantLocked(t)
+	})
 	m.v.mu.Unlock()
 	m.v.gen.Add(1)
 }
@@ -282,58 +314,7 @@ func (m budgetMirror) Delete(key []byte) {
 	}
 	m.v.mu.Lock()
 	delete(m.v.budgets, t)
+	m.v.lowerFloorsLocked()
 	m.v.mu.Unlock()
 	m.v.gen.Add(1)
 }
-
-// grantMirror feeds the region's grants, in the order etcd delivers them
-// (the leader writes them in epoch order).
-type grantMirror struct {
-	v   *view
-	now func() time.Time
-}
-
-func (m grantMirror) Reset(kvs []*mvccpb.KeyValue, _ int64) {
-	v := m.v
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	for _, kv := range kvs {
-		c, err := v.store.DecodeGrant(kv.Key, kv.Value)
-		if err != nil || c.Region != v.region {
-			continue
-		}
-		if old, ok := v.grants[c.Tenant]; !ok || old.Grant.Epoch < c.Grant.Epoch {
-			v.grants[c.Tenant] = c
-		}
-	}
-	v.rebuild()
-	v.grantsSynced = true
-	v.grantsAt = m.now()
-}
-
-func (m grantMirror) Put(kv *mvccpb.KeyValue) {
-	v := m.v
-	c, err := v.store.DecodeGrant(kv.Key, kv.Value)
-	if err != nil || c.Region != v.region {
-		return
-	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	old, had := v.grants[c.Tenant]
-	if had && old.Grant.Epoch >= c.Grant.Epoch {
-		return
-	}
-	v.grants[c.Tenant] = c
-	if v.reg != nil {
-		v.reg.Apply(c)
-	}
-	v.grantsAt = m.now()
-	if had && (c.Grant.Rate < old.Grant.Rate || c.Grant.Burst < old.Grant.Burst) {
-		select {
-		case v.shrunk <- struct{}{}:
-		default:
-		}
-	}
-}
-
-func (m grantMirror) Delete([]byte) {}

@@ -22,6 +22,11 @@ type Config struct {
 	Clock func() time.Time
 	// SweepInterval is how often Run drops expired keys. Default 10s.
 	SweepInterval time.Duration
+	// StartEmpty makes a key that does not exist start as if its whole
+	// burst had just been spent: it admits at its rate from the first
+	// request, never a burst on top of what another store (Redis, before it
+	// failed) may have admitted.
+	StartEmpty bool
 }
 
 // DefaultConfig returns 64 shards, the wall clock and a 10 s sweep.
@@ -56,6 +61,7 @@ type shard struct {
 
 // Store is an in-memory gcra.BatchStore.
 type Store struct {
+	empty  bool
 	clock  func() time.Time
 	every  time.Duration
 	seed   maphash.Seed
@@ -71,6 +77,7 @@ func New(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
+		empty:  cfg.StartEmpty,
 		clock:  cfg.Clock,
 		every:  cfg.SweepInterval,
 		seed:   maphash.MakeSeed(),
@@ -89,6 +96,15 @@ func (s *Store) shardOf(key string) int {
 
 // get returns key's live state in sh (locked by the caller), dropping it if
 // it has expired.
+// start returns st, or with StartEmpty for a key that does not exist, the
+// state of one whose burst was just spent under lim.
+func (s *Store) start(st gcra.State, lim gcra.Limit, now int64) (gcra.State, bool) {
+	if !s.empty || st.Exists() {
+		return st, false
+	}
+	return gcra.State{TAT: now + lim.T*lim.Burst, T: lim.T, Burst: lim.Burst}, true
+}
+
 func (sh *shard) get(key string, now int64) gcra.State {
 	e, ok := sh.m[key]
 	if !ok {
@@ -121,9 +137,13 @@ func (s *Store) Decide(ctx context.Context, reqs []gcra.Request) (gcra.Decision,
 		r := &reqs[0]
 		sh := &s.shards[s.shardOf(r.Key)]
 		sh.mu.Lock()
-		ns, res, write := gcra.DecideMicros(sh.get(r.Key, now), now, r.Limit, r.Cost)
-		if write {
+		st, fresh := s.start(sh.get(r.Key, now), r.Limit, now)
+		ns, res, write := gcra.DecideMicros(st, now, r.Limit, r.Cost)
+		switch {
+		case write:
 			sh.put(r.Key, ns, now)
+		case fresh:
+			sh.put(r.Key, st, now) // denied, but drained from now on
 		}
 		sh.mu.Unlock()
 		return gcra.Decision{Result: res}, nil
@@ -146,13 +166,24 @@ func (s *Store) decideAll(reqs []gcra.Request, now int64) gcra.Decision {
 		}
 	}
 	items := make([]gcra.Item, len(reqs))
+	var fresh []bool
 	for i := range reqs {
-		items[i] = gcra.Item{State: s.shards[idx[i]].get(reqs[i].Key, now), Limit: reqs[i].Limit, Cost: reqs[i].Cost}
+		st, f := s.start(s.shards[idx[i]].get(reqs[i].Key, now), reqs[i].Limit, now)
+		if f {
+			if fresh == nil {
+				fresh = make([]bool, len(reqs))
+			}
+			fresh[i] = true
+		}
+		items[i] = gcra.Item{State: st, Limit: reqs[i].Limit, Cost: reqs[i].Cost}
 	}
 	out := gcra.DecideAllMicros(items, now)
 	for i := range reqs {
-		if out.Write[i] {
+		switch {
+		case out.Write[i]:
 			s.shards[idx[i]].put(reqs[i].Key, out.States[i], now)
+		case fresh != nil && fresh[i]:
+			s.shards[idx[i]].put(reqs[i].Key, items[i].State, now)
 		}
 	}
 	last = -1

@@ -260,3 +260,41 @@ func TestDecideMany(t *testing.T) {
 		t.Errorf("answer 3 = %v, want ErrCostExceedsBurst", ans[3].Err)
 	}
 }
+
+// A store that starts keys empty admits at the rate from the first request:
+// no burst on top of what another store may have admitted.
+func TestStartEmpty(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	cfg := DefaultConfig()
+	cfg.Clock = func() time.Time { return now }
+	for _, empty := range []bool{false, true} {
+		cfg.StartEmpty = empty
+		s, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lim := gcra.Limit{T: 100_000, Burst: 5} // 10/s, burst 5
+		admitted := 0
+		for range 5 {
+			d, err := s.Decide(context.Background(), []gcra.Request{{Key: "k", Limit: lim, Cost: 1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Result.Allowed {
+				admitted++
+			}
+		}
+		if want := map[bool]int{false: 5, true: 0}[empty]; admitted != want {
+			t.Errorf("StartEmpty=%v: %d of 5 admitted at once, want %d", empty, admitted, want)
+		}
+		now = now.Add(100 * time.Millisecond) // one emission interval
+		d, _ := s.Decide(context.Background(), []gcra.Request{{Key: "k2", Limit: lim, Cost: 1}})
+		if empty && d.Result.Allowed {
+			t.Errorf("StartEmpty: a new key admitted at once")
+		}
+		d, _ = s.Decide(context.Background(), []gcra.Request{{Key: "k", Limit: lim, Cost: 1}})
+		if !d.Result.Allowed {
+			t.Errorf("StartEmpty=%v: one emission interval later, denied", empty)
+		}
+	}
+}

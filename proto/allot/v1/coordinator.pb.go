@@ -87,15 +87,20 @@ func (x *TenantUsage) GetAdmitted() float64 {
 type ReportRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Region string                 `protobuf:"bytes,1,opt,name=region,proto3" json:"region,omitempty"`
-	// Pod identity within the region (e.g. its hostname).
+	// Pod identity, unique per process (hostname plus a random instance id).
 	Pod string `protobuf:"bytes,2,opt,name=pod,proto3" json:"pod,omitempty"`
 	// Span the counts cover.
 	IntervalMs int64 `protobuf:"varint,3,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
-	// Highest grant epoch this pod has applied for its region.
+	// Epoch up to which this pod applied its region's grants of `term`.
 	AppliedEpoch uint64         `protobuf:"varint,4,opt,name=applied_epoch,json=appliedEpoch,proto3" json:"applied_epoch,omitempty"`
 	Usage        []*TenantUsage `protobuf:"bytes,5,rep,name=usage,proto3" json:"usage,omitempty"`
 	// Live pods in the region as this pod's membership sees them.
-	LivePods      int32 `protobuf:"varint,6,opt,name=live_pods,json=livePods,proto3" json:"live_pods,omitempty"`
+	LivePods int32 `protobuf:"varint,6,opt,name=live_pods,json=livePods,proto3" json:"live_pods,omitempty"`
+	// Term of the grants the pod holds (0: none).
+	Term uint64 `protobuf:"varint,7,opt,name=term,proto3" json:"term,omitempty"`
+	// The grants the pod holds when they are of an older term than the
+	// leader's that last answered it: their floors outlive the lease.
+	Held          []*Grant `protobuf:"bytes,8,rep,name=held,proto3" json:"held,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -172,6 +177,108 @@ func (x *ReportRequest) GetLivePods() int32 {
 	return 0
 }
 
+func (x *ReportRequest) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *ReportRequest) GetHeld() []*Grant {
+	if x != nil {
+		return x.Held
+	}
+	return nil
+}
+
+// Grant is what a region's pods may enforce for one tenant (docs/protocol.md).
+type Grant struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// While the pod's lease is valid.
+	Rate  float64 `protobuf:"fixed64,2,opt,name=rate,proto3" json:"rate,omitempty"`
+	Burst int64   `protobuf:"varint,3,opt,name=burst,proto3" json:"burst,omitempty"`
+	// Once the lease lapsed (the pod also lowers it to the floor it computes
+	// from its own copy of the budget).
+	FloorRate     float64 `protobuf:"fixed64,4,opt,name=floor_rate,json=floorRate,proto3" json:"floor_rate,omitempty"`
+	FloorBurst    int64   `protobuf:"varint,5,opt,name=floor_burst,json=floorBurst,proto3" json:"floor_burst,omitempty"`
+	Epoch         uint64  `protobuf:"varint,6,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Grant) Reset() {
+	*x = Grant{}
+	mi := &file_allot_v1_coordinator_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Grant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Grant) ProtoMessage() {}
+
+func (x *Grant) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_v1_coordinator_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Grant.ProtoReflect.Descriptor instead.
+func (*Grant) Descriptor() ([]byte, []int) {
+	return file_allot_v1_coordinator_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Grant) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *Grant) GetRate() float64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *Grant) GetBurst() int64 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+func (x *Grant) GetFloorRate() float64 {
+	if x != nil {
+		return x.FloorRate
+	}
+	return 0
+}
+
+func (x *Grant) GetFloorBurst() int64 {
+	if x != nil {
+		return x.FloorBurst
+	}
+	return 0
+}
+
+func (x *Grant) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 type ReportResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// False when the answering coordinator is not the leader.
@@ -180,15 +287,38 @@ type ReportResponse struct {
 	Leader string `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
 	// Lease granted, counted by the pod from when it sent the report.
 	LeaseMs int64 `protobuf:"varint,3,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
-	// The pod enforces only grants with epoch >= min_epoch; older ones fall to floors.
-	MinEpoch      uint64 `protobuf:"varint,4,opt,name=min_epoch,json=minEpoch,proto3" json:"min_epoch,omitempty"`
+	// Unused since protocol v2 (always 0).
+	MinEpoch uint64 `protobuf:"varint,4,opt,name=min_epoch,json=minEpoch,proto3" json:"min_epoch,omitempty"`
+	// The leader's term.
+	Term uint64 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`
+	// The leader is learning (or waits for the pod's held grants): nothing
+	// is renewed and the pod keeps what it holds.
+	Learning bool `protobuf:"varint,6,opt,name=learning,proto3" json:"learning,omitempty"`
+	// grants are every grant of the region: the pod drops the others.
+	Full bool `protobuf:"varint,7,opt,name=full,proto3" json:"full,omitempty"`
+	// Once grants are applied the pod holds its region's grants up to epoch.
+	Epoch  uint64   `protobuf:"varint,8,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Grants []*Grant `protobuf:"bytes,9,rep,name=grants,proto3" json:"grants,omitempty"`
+	// What the pod enforces, while leased, for a tenant it holds no grant of.
+	ColdRate  float64 `protobuf:"fixed64,10,opt,name=cold_rate,json=coldRate,proto3" json:"cold_rate,omitempty"`
+	ColdBurst int64   `protobuf:"varint,11,opt,name=cold_burst,json=coldBurst,proto3" json:"cold_burst,omitempty"`
+	// Fail-open limits of the pod admit at most 1/share_pods of what the
+	// region enforces (0: the pod may not fail open).
+	SharePods int32 `protobuf:"varint,12,opt,name=share_pods,json=sharePods,proto3" json:"share_pods,omitempty"`
+	// Pods of the region that may hold a lease.
+	Pods int32 `protobuf:"varint,13,opt,name=pods,proto3" json:"pods,omitempty"`
+	// gRPC addresses of every coordinator taking part in the election, to
+	// try when the leader and etcd are out of reach.
+	Coordinators []string `protobuf:"bytes,14,rep,name=coordinators,proto3" json:"coordinators,omitempty"`
+	// The pod's region is not in the policy: it drops every grant and floor.
+	RegionRemoved bool `protobuf:"varint,15,opt,name=region_removed,json=regionRemoved,proto3" json:"region_removed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_allot_v1_coordinator_proto_msgTypes[2]
+	mi := &file_allot_v1_coordinator_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -200,7 +330,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_v1_coordinator_proto_msgTypes[2]
+	mi := &file_allot_v1_coordinator_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -213,7 +343,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_allot_v1_coordinator_proto_rawDescGZIP(), []int{2}
+	return file_allot_v1_coordinator_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ReportResponse) GetAccepted() bool {
@@ -244,6 +374,83 @@ func (x *ReportResponse) GetMinEpoch() uint64 {
 	return 0
 }
 
+func (x *ReportResponse) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *ReportResponse) GetLearning() bool {
+	if x != nil {
+		return x.Learning
+	}
+	return false
+}
+
+func (x *ReportResponse) GetFull() bool {
+	if x != nil {
+		return x.Full
+	}
+	return false
+}
+
+func (x *ReportResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ReportResponse) GetGrants() []*Grant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+func (x *ReportResponse) GetColdRate() float64 {
+	if x != nil {
+		return x.ColdRate
+	}
+	return 0
+}
+
+func (x *ReportResponse) GetColdBurst() int64 {
+	if x != nil {
+		return x.ColdBurst
+	}
+	return 0
+}
+
+func (x *ReportResponse) GetSharePods() int32 {
+	if x != nil {
+		return x.SharePods
+	}
+	return 0
+}
+
+func (x *ReportResponse) GetPods() int32 {
+	if x != nil {
+		return x.Pods
+	}
+	return 0
+}
+
+func (x *ReportResponse) GetCoordinators() []string {
+	if x != nil {
+		return x.Coordinators
+	}
+	return nil
+}
+
+func (x *ReportResponse) GetRegionRemoved() bool {
+	if x != nil {
+		return x.RegionRemoved
+	}
+	return false
+}
+
 var File_allot_v1_coordinator_proto protoreflect.FileDescriptor
 
 const file_allot_v1_coordinator_proto_rawDesc = "" +
@@ -252,7 +459,7 @@ const file_allot_v1_coordinator_proto_rawDesc = "" +
 	"\vTenantUsage\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x18\n" +
 	"\aoffered\x18\x02 \x01(\x01R\aoffered\x12\x1a\n" +
-	"\badmitted\x18\x03 \x01(\x01R\badmitted\"\xc9\x01\n" +
+	"\badmitted\x18\x03 \x01(\x01R\badmitted\"\x82\x02\n" +
 	"\rReportRequest\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x10\n" +
 	"\x03pod\x18\x02 \x01(\tR\x03pod\x12\x1f\n" +
@@ -260,12 +467,37 @@ const file_allot_v1_coordinator_proto_rawDesc = "" +
 	"intervalMs\x12#\n" +
 	"\rapplied_epoch\x18\x04 \x01(\x04R\fappliedEpoch\x12+\n" +
 	"\x05usage\x18\x05 \x03(\v2\x15.allot.v1.TenantUsageR\x05usage\x12\x1b\n" +
-	"\tlive_pods\x18\x06 \x01(\x05R\blivePods\"|\n" +
+	"\tlive_pods\x18\x06 \x01(\x05R\blivePods\x12\x12\n" +
+	"\x04term\x18\a \x01(\x04R\x04term\x12#\n" +
+	"\x04held\x18\b \x03(\v2\x0f.allot.v1.GrantR\x04held\"\x9f\x01\n" +
+	"\x05Grant\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
+	"\x04rate\x18\x02 \x01(\x01R\x04rate\x12\x14\n" +
+	"\x05burst\x18\x03 \x01(\x03R\x05burst\x12\x1d\n" +
+	"\n" +
+	"floor_rate\x18\x04 \x01(\x01R\tfloorRate\x12\x1f\n" +
+	"\vfloor_burst\x18\x05 \x01(\x03R\n" +
+	"floorBurst\x12\x14\n" +
+	"\x05epoch\x18\x06 \x01(\x04R\x05epoch\"\xb9\x03\n" +
 	"\x0eReportResponse\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x19\n" +
 	"\blease_ms\x18\x03 \x01(\x03R\aleaseMs\x12\x1b\n" +
-	"\tmin_epoch\x18\x04 \x01(\x04R\bminEpoch2J\n" +
+	"\tmin_epoch\x18\x04 \x01(\x04R\bminEpoch\x12\x12\n" +
+	"\x04term\x18\x05 \x01(\x04R\x04term\x12\x1a\n" +
+	"\blearning\x18\x06 \x01(\bR\blearning\x12\x12\n" +
+	"\x04full\x18\a \x01(\bR\x04full\x12\x14\n" +
+	"\x05epoch\x18\b \x01(\x04R\x05epoch\x12'\n" +
+	"\x06grants\x18\t \x03(\v2\x0f.allot.v1.GrantR\x06grants\x12\x1b\n" +
+	"\tcold_rate\x18\n" +
+	" \x01(\x01R\bcoldRate\x12\x1d\n" +
+	"\n" +
+	"cold_burst\x18\v \x01(\x03R\tcoldBurst\x12\x1d\n" +
+	"\n" +
+	"share_pods\x18\f \x01(\x05R\tsharePods\x12\x12\n" +
+	"\x04pods\x18\r \x01(\x05R\x04pods\x12\"\n" +
+	"\fcoordinators\x18\x0e \x03(\tR\fcoordinators\x12%\n" +
+	"\x0eregion_removed\x18\x0f \x01(\bR\rregionRemoved2J\n" +
 	"\vCoordinator\x12;\n" +
 	"\x06Report\x12\x17.allot.v1.ReportRequest\x1a\x18.allot.v1.ReportResponseB3Z1github.com/allot-dev/allot/proto/allot/v1;allotv1b\x06proto3"
 
@@ -281,21 +513,24 @@ func file_allot_v1_coordinator_proto_rawDescGZIP() []byte {
 	return file_allot_v1_coordinator_proto_rawDescData
 }
 
-var file_allot_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_allot_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_allot_v1_coordinator_proto_goTypes = []any{
 	(*TenantUsage)(nil),    // 0: allot.v1.TenantUsage
 	(*ReportRequest)(nil),  // 1: allot.v1.ReportRequest
-	(*ReportResponse)(nil), // 2: allot.v1.ReportResponse
+	(*Grant)(nil),          // 2: allot.v1.Grant
+	(*ReportResponse)(nil), // 3: allot.v1.ReportResponse
 }
 var file_allot_v1_coordinator_proto_depIdxs = []int32{
 	0, // 0: allot.v1.ReportRequest.usage:type_name -> allot.v1.TenantUsage
-	1, // 1: allot.v1.Coordinator.Report:input_type -> allot.v1.ReportRequest
-	2, // 2: allot.v1.Coordinator.Report:output_type -> allot.v1.ReportResponse
-	2, // [2:3] is the sub-list for method output_type
-	1, // [1:2] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	2, // 1: allot.v1.ReportRequest.held:type_name -> allot.v1.Grant
+	2, // 2: allot.v1.ReportResponse.grants:type_name -> allot.v1.Grant
+	1, // 3: allot.v1.Coordinator.Report:input_type -> allot.v1.ReportRequest
+	3, // 4: allot.v1.Coordinator.Report:output_type -> allot.v1.ReportResponse
+	4, // [4:5] is the sub-list for method output_type
+	3, // [3:4] is the sub-list for method input_type
+	3, // [3:3] is the sub-list for extension type_name
+	3, // [3:3] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_allot_v1_coordinator_proto_init() }
@@ -309,7 +544,7 @@ func file_allot_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_allot_v1_coordinator_proto_rawDesc), len(file_allot_v1_coordinator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
