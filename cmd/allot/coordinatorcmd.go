@@ -74,7 +74,7 @@ and scrapers under mutual TLS (and /debug/pprof/ with --pprof).`,
 	f.StringVar(&o.prefix, "etcd-prefix", "/allot/v1/", "key prefix of allot's state in etcd")
 	f.DurationVar(&o.rebalance, "rebalance-interval", def.RebalanceInterval, "how often the leader rebalances")
 	f.DurationVar(&o.sessionTTL, "session-ttl", def.SessionTTL, "etcd session TTL: how long a crashed leader keeps leadership (whole seconds)")
-	f.DurationVar(&o.lease, "lease", def.Lease, "lease granted to pods per report; must exceed session-ttl + rebalance-interval")
+	f.DurationVar(&o.lease, "lease", def.Lease, "lease granted to pods per report; must exceed --session-ttl + --rebalance-interval and be at least two --rebalance-interval")
 	f.StringVar(&o.adminTokenFile, "admin-token-file", "", "file holding the bearer token admin writes must carry")
 	f.BoolVar(&o.insecureAdmin, "insecure-admin", false, "accept admin writes without a token")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -143,6 +143,9 @@ func runCoordinator(ctx context.Context, s *streams, o coordinatorOpts) error {
 	if err := o.ops.validate(); err != nil {
 		return err
 	}
+	if err := o.serverTLS.Validate(); err != nil {
+		return usageError{err}
+	}
 	auth := coordinator.Auth{Insecure: o.insecureAdmin}
 	if o.adminTokenFile != "" {
 		b, err := os.ReadFile(o.adminTokenFile)
@@ -157,23 +160,27 @@ func runCoordinator(ctx context.Context, s *streams, o coordinatorOpts) error {
 	if o.id == "" {
 		o.id, _ = os.Hostname()
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg := coordinator.DefaultConfig()
+	cfg.ID, cfg.Prefix = o.id, o.prefix
+	cfg.GRPCAddr, cfg.HTTPAddr = or(o.advertiseGRPC, o.grpcListen), or(o.advertiseHTTP, o.httpListen)
+	cfg.RebalanceInterval, cfg.SessionTTL, cfg.Lease = o.rebalance, o.sessionTTL, o.lease
+	cfg.Logger, cfg.Registerer = log, reg
+	// The whole configuration, the allocator's included, before anything
+	// is dialled or started: inconsistent flags exit 2, naming the flags.
+	if err := cfg.ValidateSettings(); err != nil {
+		return flagError(err, coordinatorFlags)
+	}
 	etcd, err := newEtcdClient(o.etcd, o.etcdTLS, o.etcdAuth)
 	if err != nil {
 		return err
 	}
 	defer etcd.Close()
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cfg := coordinator.DefaultConfig()
-	cfg.ID, cfg.Etcd, cfg.Prefix = o.id, etcd, o.prefix
-	cfg.GRPCAddr, cfg.HTTPAddr = or(o.advertiseGRPC, o.grpcListen), or(o.advertiseHTTP, o.httpListen)
-	cfg.RebalanceInterval, cfg.SessionTTL, cfg.Lease = o.rebalance, o.sessionTTL, o.lease
-	cfg.Shares.Interval, cfg.Shares.Lease = o.rebalance, o.lease
-	cfg.Logger, cfg.Registerer = log, reg
+	cfg.Etcd = etcd
 	coord, err := coordinator.New(cfg)
 	if err != nil {
-		return usageError{err}
+		return flagError(err, coordinatorFlags)
 	}
 
 	srv, err := listenServers(o.grpcListen, o.httpListen, o.serverTLS, o.ops)

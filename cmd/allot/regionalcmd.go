@@ -52,6 +52,9 @@ type regionalOpts struct {
 	etcdTLS           tlsconfig.Client
 	etcdAuth          etcdAuth
 	coordTLS          tlsconfig.Client
+	// changed reports whether a flag was given (on the command line or in
+	// the environment).
+	changed func(flag string) bool
 }
 
 func newRegionalCmd(s *streams) *cobra.Command {
@@ -77,7 +80,10 @@ there, for probes and scrapers under mutual TLS (and /debug/pprof/ with
   allot regional --region eu-west --redis redis-0:6379,redis-1:6379,redis-2:6379 --redis-cluster \
     --etcd http://etcd:2379 --grpc-listen 0.0.0.0:8081 --http-listen 0.0.0.0:8080 --store-timeout 3ms`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runRegional(cmd.Context(), s, o) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.changed = cmd.Flags().Changed
+			return runRegional(cmd.Context(), s, o)
+		},
 	}
 	f := c.Flags()
 	f.StringVar(&o.region, "region", "", "this pod's region, one of the policy's regions (required)")
@@ -124,6 +130,12 @@ func runRegional(ctx context.Context, s *streams, o regionalOpts) error {
 	}
 	if err := o.ops.validate(); err != nil {
 		return err
+	}
+	if err := o.validateGossip(); err != nil {
+		return err
+	}
+	if err := o.serverTLS.Validate(); err != nil {
+		return usageError{err}
 	}
 	addrs := splitList(o.redis)
 	if len(addrs) == 0 {
@@ -180,6 +192,9 @@ func runRegional(ctx context.Context, s *streams, o regionalOpts) error {
 		mc := membership.DefaultConfig()
 		mc.Region, mc.BindAddr, mc.AdvertiseAddr, mc.Join = o.region, o.gossipListen, o.gossipAdvertise, splitList(o.gossipJoin)
 		mc.ProbeInterval, mc.RejoinInterval = o.gossipProbe, o.gossipRejoin
+		// The probe timeout has no flag: keep it below a short probe
+		// interval, as memberlist's presets do (half of it).
+		mc.ProbeTimeout = min(mc.ProbeTimeout, o.gossipProbe/2)
 		if o.pod != "" {
 			mc.NodeName = o.pod
 		}
@@ -196,8 +211,6 @@ func runRegional(ctx context.Context, s *streams, o regionalOpts) error {
 		if members, err = membership.New(mc); err != nil {
 			return usageError{err}
 		}
-	} else if o.gossipJoin != "" {
-		return usagef("--gossip-join needs --gossip-listen")
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg := regional.DefaultConfig()
@@ -228,4 +241,19 @@ func runRegional(ctx context.Context, s *streams, o regionalOpts) error {
 	err = srv.run(ctx, svc.Handler(reg, o.headerPrefix), svc.Ready, components...)
 	log.Info("regional stopped")
 	return err
+}
+
+// validateGossip refuses gossip settings without --gossip-listen, which
+// would otherwise be ignored in silence (a --gossip-key-file that encrypts
+// nothing, seeds nobody joins).
+func (o regionalOpts) validateGossip() error {
+	if o.gossipListen != "" {
+		return nil
+	}
+	for _, f := range []string{"gossip-join", "gossip-advertise", "gossip-key-file", "gossip-probe-interval", "gossip-rejoin-interval"} {
+		if o.changed != nil && o.changed(f) {
+			return usagef("--%s needs --gossip-listen (without it gossip is off and the pod counts itself alone)", f)
+		}
+	}
+	return nil
 }

@@ -64,7 +64,10 @@ type Config struct {
 	Redis map[string]string
 	// Policy is the document applied at start; empty means DefaultPolicy.
 	Policy string
-	// Intervals of the coordinator and the pods.
+	// Intervals of the coordinator and the pods. The coordinator's lease
+	// follows: its default (10s), or longer when the interval needs it
+	// (SessionTTL + 2·RebalanceInterval), so any positive interval makes a
+	// consistent coordinator.
 	RebalanceInterval time.Duration
 	// Logger receives every component's logs (default: discard).
 	Logger *slog.Logger
@@ -100,7 +103,22 @@ func (c Config) Validate() error {
 	if c.RebalanceInterval <= 0 {
 		return errors.New("rebalance-interval: must be positive")
 	}
+	// The coordinator this config makes, as a whole (the allocator's
+	// settings included), so that nothing starts that would fail later.
+	if err := c.coordinatorConfig().ValidateSettings(); err != nil {
+		return fmt.Errorf("rebalance-interval %v: %w", c.RebalanceInterval, err)
+	}
 	return nil
+}
+
+// coordinatorConfig is the coordinator's configuration, dependencies aside.
+func (c Config) coordinatorConfig() coordinator.Config {
+	cc := coordinator.DefaultConfig()
+	cc.ID = "dev-coordinator"
+	cc.RebalanceInterval = c.RebalanceInterval
+	cc.Lease = max(cc.Lease, cc.SessionTTL+2*c.RebalanceInterval)
+	cc.Logger = c.Logger
+	return cc
 }
 
 // Region is one running region.
@@ -175,9 +193,8 @@ func Run(ctx context.Context, cfg Config, started func(*Cluster)) error {
 	if err != nil {
 		return err
 	}
-	ccfg := coordinator.DefaultConfig()
-	ccfg.ID, ccfg.Etcd, ccfg.GRPCAddr, ccfg.HTTPAddr = "dev-coordinator", cli, cgl.Addr().String(), cl.HTTPAddr
-	ccfg.RebalanceInterval, ccfg.Shares.Interval = cfg.RebalanceInterval, cfg.RebalanceInterval
+	ccfg := cfg.coordinatorConfig()
+	ccfg.Etcd, ccfg.GRPCAddr, ccfg.HTTPAddr = cli, cgl.Addr().String(), cl.HTTPAddr
 	ccfg.Logger, ccfg.Registerer = log, reg
 	coord, err := coordinator.New(ccfg)
 	if err != nil {
