@@ -34,6 +34,9 @@ type Config struct {
 	// leader crash costs nothing (regions keep their grants while a new
 	// leader takes over).
 	Lease time.Duration
+	// Reports says whose reports are taken (see ReportAuth); the zero
+	// value takes none.
+	Reports ReportAuth
 	// Shares tunes the allocator (smoothing, headroom, deadband, slew);
 	// Regions, Interval and Lease are set from the policy and this Config.
 	Shares shares.Config
@@ -106,6 +109,9 @@ func (c Config) ValidateSettings() error {
 		// shares.Config's rule, named in this Config's terms.
 		return &FieldError{Field: "Lease", Value: c.Lease, Reason: fmt.Sprintf(
 			"must be at least two RebalanceInterval (%v)", 2*c.RebalanceInterval)}
+	}
+	if err := c.Reports.Validate(); err != nil {
+		return &FieldError{Field: "Reports", Reason: err.Error()}
 	}
 	sc := c.allocatorConfig([]string{"placeholder"})
 	if err := sc.Validate(); err != nil {

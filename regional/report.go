@@ -35,6 +35,9 @@ func newReporter(s *Service) *reporter {
 		grpc.WithTransportCredentials(creds),
 		grpc.WithChainUnaryInterceptor(newAnswerCheck(s).intercept),
 	}
+	if s.cfg.ReportToken != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(reportToken(s.cfg.ReportToken)))
+	}
 	return &reporter{s: s, dial: func(addr string) (*grpc.ClientConn, error) {
 		return grpc.NewClient(addr, opts...)
 	}}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/allot-dev/allot/gcra/memstore"
 	"github.com/allot-dev/allot/internal/etcdtest"
 	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/state"
 )
 
 // logBuffer is a slog destination tests can read while pods write to it.
@@ -50,6 +52,7 @@ func startLeader(t *testing.T, etcd *etcdtest.Server, adjust func(*coordinator.C
 	ccfg := coordinator.DefaultConfig()
 	ccfg.ID, ccfg.Etcd = "c1", etcd.Client(t)
 	ccfg.SessionTTL, ccfg.RebalanceInterval, ccfg.Lease = time.Second, 100*time.Millisecond, 1500*time.Millisecond
+	ccfg.Reports = coordinator.ReportAuth{Insecure: true}
 	if adjust != nil {
 		adjust(&ccfg)
 	}
@@ -137,5 +140,84 @@ func TestLeaseOutlastsReportsNoWarning(t *testing.T) {
 	})
 	if strings.Contains(logs.String(), "lapses between reports") {
 		t.Errorf("pod warned about a lease that outlasts its reports: %s", logs.String())
+	}
+}
+
+// A pod sends its region token with every report; the coordinator takes the
+// reports of a pod with its token, and refuses those without or with
+// another, which the pod says at Warn with the coordinator's reason.
+func TestReportToken(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	pol, err := os.ReadFile("testdata/policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := state.New(etcd.Client(t), "").ApplyPolicy(context.Background(), pol, 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	startLeader(t, etcd, func(c *coordinator.Config) { c.Reports = coordinator.ReportAuth{Token: "r3gion"} })
+	cases := []struct {
+		name   string
+		token  string
+		leased bool
+		log    string
+	}{
+		{"same token", "r3gion", true, ""},
+		{"no token", "", false, "--report-token-file"},
+		{"wrong token", "guess", false, "not this coordinator's"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var logs logBuffer
+			ms, err := memstore.New(memstore.DefaultConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := startPodOn(t, etcd, ms, func(cfg *Config) {
+				cfg.Pod, cfg.ReportToken, cfg.ReportInterval, cfg.Logger = "pod-"+c.name, c.token, 100*time.Millisecond, logs.logger()
+			})
+			result := "accepted"
+			if !c.leased {
+				result = "failed"
+			}
+			redistest.Eventually(t, 15*time.Second, func() error {
+				if n := testutil.ToFloat64(p.s.m.reports.WithLabelValues(result)); n < 3 {
+					return fmt.Errorf("%v reports %s, want 3", n, result)
+				}
+				return nil
+			})
+			if p.s.Leased() != c.leased {
+				t.Errorf("pod with token %q: Leased() = %v, want %v", c.token, p.s.Leased(), c.leased)
+			}
+			if c.leased {
+				if n := testutil.ToFloat64(p.s.m.reports.WithLabelValues("failed")); n != 0 {
+					t.Errorf("%v reports failed with the right token", n)
+				}
+				return
+			}
+			if n := testutil.ToFloat64(p.s.m.reports.WithLabelValues("accepted")); n != 0 {
+				t.Errorf("%v reports accepted with token %q", n, c.token)
+			}
+			if got := logs.String(); strings.Count(got, "refused this pod's report as unauthenticated") != 1 || !strings.Contains(got, c.log) {
+				t.Errorf("pod logs = %s; want one warning with the coordinator's reason (%q)", got, c.log)
+			}
+		})
+	}
+}
+
+func TestReportTokenValidated(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	ms, err := memstore.New(memstore.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Region, cfg.Store, cfg.Etcd = "us-east", ms, etcd.Client(t)
+	for _, tok := range []string{"a b", "a\n", "é"} {
+		c := cfg
+		c.ReportToken = tok
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "ReportToken") {
+			t.Errorf("Validate() with ReportToken %q = %v, want an error naming ReportToken", tok, err)
+		}
 	}
 }

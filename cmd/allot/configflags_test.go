@@ -31,9 +31,18 @@ func TestInconsistentFlags(t *testing.T) {
 	if err := os.WriteFile(key, []byte("MDEyMzQ1Njc4OWFiY2RlZg==\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	empty, spaced := filepath.Join(t.TempDir(), "empty"), filepath.Join(t.TempDir(), "spaced")
+	if err := os.WriteFile(empty, []byte(" \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(spaced, []byte("two words\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	// An etcd that would be dialled if validation came too late; the
 	// listeners pick free ports.
 	coord := []string{"coordinator", "--etcd", "http://127.0.0.1:1", "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
+		"--insecure-admin", "--insecure-reports", "--log-level", "error"}
+	coordNoReports := []string{"coordinator", "--etcd", "http://127.0.0.1:1", "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
 		"--insecure-admin", "--log-level", "error"}
 	pod := []string{"regional", "--region", "us-east", "--redis", "127.0.0.1:1", "--etcd", "http://127.0.0.1:1",
 		"--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--log-level", "error"}
@@ -57,6 +66,18 @@ func TestInconsistentFlags(t *testing.T) {
 		{"gossip join without gossip", append(pod, "--gossip-join", "10.0.0.2:7946"), nil, "--gossip-join needs --gossip-listen"},
 		{"gossip advertise from the environment", pod, map[string]string{"ALLOT_GOSSIP_ADVERTISE": "10.0.0.1"}, "--gossip-advertise needs --gossip-listen"},
 		{"pod tls key without cert", append(pod, "--tls-key", key), nil, "--tls-cert"},
+		{"reports without authentication", coordNoReports, nil,
+			"reports need authentication: --report-token-file FILE"},
+		{"reports token and insecure", append(coord, "--report-token-file", key), nil,
+			"--insecure-reports and --report-token-file: choose one"},
+		{"reports token file missing", append(coordNoReports, "--report-token-file", "/nonexistent/token"), nil,
+			"--report-token-file: open /nonexistent/token"},
+		{"reports token file empty", append(coordNoReports, "--report-token-file", empty), nil,
+			"--report-token-file " + empty + ": the file is empty"},
+		{"reports token with spaces", append(coordNoReports, "--report-token-file", spaced), nil,
+			"printable ASCII"},
+		{"pod token file empty", append(pod, "--report-token-file", empty), nil,
+			"--report-token-file " + empty + ": the file is empty"},
 		{"dev zero interval", []string{"dev", "--rebalance-interval", "0s", "--http-listen", "127.0.0.1:0"}, nil, "rebalance-interval"},
 	}
 	for _, c := range cases {
@@ -91,5 +112,27 @@ func TestDevLongInterval(t *testing.T) {
 	_, errs, code := runCLIFor(t, 3*time.Second, "dev", "--rebalance-interval", "6s", "--http-listen", "127.0.0.1:0")
 	if code != 0 {
 		t.Errorf("allot dev --rebalance-interval 6s = exit %d, stderr %q; want it to run until stopped", code, errs)
+	}
+}
+
+// A coordinator whose listeners verify client certificates (--tls-client-ca)
+// needs no report token: the certificates authenticate reports. (The files
+// here are not certificates: it gets past the report check, then fails on
+// them.)
+func TestMutualTLSAuthenticatesReports(t *testing.T) {
+	dir := t.TempDir()
+	var files []string
+	for _, n := range []string{"tls.crt", "tls.key", "ca.crt"} {
+		f := filepath.Join(dir, n)
+		if err := os.WriteFile(f, []byte("not PEM\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	_, errs, _ := runCLIFor(t, 10*time.Second, "coordinator", "--etcd", "http://127.0.0.1:1", "--grpc-listen", "127.0.0.1:0",
+		"--http-listen", "127.0.0.1:0", "--insecure-admin", "--log-level", "error",
+		"--tls-cert", files[0], "--tls-key", files[1], "--tls-client-ca", files[2])
+	if strings.Contains(errs, "reports need authentication") || !strings.Contains(errs, "tls") {
+		t.Errorf("allot coordinator --tls-client-ca without a report token: stderr %q; want it past the report check, failing on the files", errs)
 	}
 }

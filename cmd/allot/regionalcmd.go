@@ -52,6 +52,7 @@ type regionalOpts struct {
 	etcdTLS           tlsconfig.Client
 	etcdAuth          etcdAuth
 	coordTLS          tlsconfig.Client
+	reportToken       string // --report-token-file
 	// changed reports whether a flag was given (on the command line or in
 	// the environment).
 	changed func(flag string) bool
@@ -69,6 +70,11 @@ tenant's budget, mirrored from etcd; it reports traffic to the coordinator
 leader, whose answers keep its lease valid. When Redis is slow or down each
 limit fails open (local fallback) or closed, as the policy says.
 
+Reports carry the region token of --report-token-file (the coordinators'
+own --report-token-file), or a client certificate (--coordinator-tls-cert)
+when the coordinators verify them. Without --coordinator-tls-* the token
+travels in plaintext: fine on loopback or a trusted network.
+
 gRPC: allot.v1.Limiter, envoy.service.ratelimit.v3.RateLimitService, health,
 reflection. HTTP: POST /v1/decide, GET /v1/forward-auth, /metrics, /healthz,
 /readyz (ready once the policy is loaded and the grants synced). With
@@ -76,7 +82,7 @@ reflection. HTTP: POST /v1/decide, GET /v1/forward-auth, /metrics, /healthz,
 there, for probes and scrapers under mutual TLS (and /debug/pprof/ with
 --pprof).`,
 		Example: `  allot regional --region us-east --redis 127.0.0.1:6379 --etcd http://127.0.0.1:2379 \
-    --grpc-listen :8081 --http-listen :8080
+    --grpc-listen :8081 --http-listen :8080 --report-token-file /etc/allot/report-token
   allot regional --region eu-west --redis redis-0:6379,redis-1:6379,redis-2:6379 --redis-cluster \
     --etcd http://etcd:2379 --grpc-listen 0.0.0.0:8081 --http-listen 0.0.0.0:8080 --store-timeout 3ms`,
 		Args: cobra.NoArgs,
@@ -117,6 +123,7 @@ there, for probes and scrapers under mutual TLS (and /debug/pprof/ with
 	clientTLSFlags(f, &o.etcdTLS, "etcd-tls", "etcd")
 	etcdAuthFlags(f, &o.etcdAuth)
 	clientTLSFlags(f, &o.coordTLS, "coordinator-tls", "the coordinator")
+	f.StringVar(&o.reportToken, "report-token-file", "", "file holding the region token sent with every report (the coordinators' --report-token-file)")
 	return c
 }
 
@@ -162,6 +169,12 @@ func runRegional(ctx context.Context, s *streams, o regionalOpts) error {
 			return usageError{err}
 		}
 		if err := o.redisTLS.ApplyRedis(ropts); err != nil {
+			return err
+		}
+	}
+	var reportToken string
+	if o.reportToken != "" {
+		if reportToken, err = readToken("report-token-file", o.reportToken); err != nil {
 			return err
 		}
 	}
@@ -218,7 +231,7 @@ func runRegional(ctx context.Context, s *streams, o regionalOpts) error {
 	cfg.StoreTimeout, cfg.ReportInterval = o.storeTimeout, o.reportInterval
 	cfg.BreakerFailures, cfg.BreakerOpen, cfg.Drift = o.breakerFailures, o.breakerOpen, o.drift
 	cfg.Logger, cfg.Registerer = log, reg
-	cfg.CoordinatorCreds = coordCreds
+	cfg.CoordinatorCreds, cfg.ReportToken = coordCreds, reportToken
 	if members != nil {
 		cfg.LivePods = members.LivePods
 	}
@@ -234,6 +247,10 @@ func runRegional(ctx context.Context, s *streams, o regionalOpts) error {
 	ga, ha := srv.Addrs()
 	log.Info("regional starting", "region", o.region, "pod", o.pod, "grpc", ga, "http", ha,
 		"redis", addrs, "redis_cluster", o.redisCluster, "etcd", o.etcd)
+	if reportToken == "" && o.coordTLS.CertFile == "" {
+		log.Warn("reports carry no credentials (no --report-token-file, no --coordinator-tls-cert): " +
+			"only a coordinator started with --insecure-reports takes them; others refuse them and this pod stays on its floors")
+	}
 	components := []func(context.Context) error{svc.Run}
 	if members != nil {
 		components = append(components, members.Run)

@@ -7,7 +7,9 @@ package dev
 
 import (
 	"context"
+	"crypto/rand"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -193,9 +195,17 @@ func Run(ctx context.Context, cfg Config, started func(*Cluster)) error {
 	if err != nil {
 		return err
 	}
+	// Reports are authenticated as in production, with a token made for
+	// this run and handed to every region: nothing else on the machine
+	// can report to the coordinator's gRPC port.
+	reportToken, err := newToken()
+	if err != nil {
+		return err
+	}
 	ccfg := cfg.coordinatorConfig()
 	ccfg.Etcd, ccfg.GRPCAddr, ccfg.HTTPAddr = cli, cgl.Addr().String(), cl.HTTPAddr
 	ccfg.Logger, ccfg.Registerer = log, reg
+	ccfg.Reports = coordinator.ReportAuth{Token: reportToken}
 	coord, err := coordinator.New(ccfg)
 	if err != nil {
 		return err
@@ -249,7 +259,7 @@ func Run(ctx context.Context, cfg Config, started func(*Cluster)) error {
 		}
 		rcfg := regional.DefaultConfig()
 		rcfg.Region, rcfg.Pod, rcfg.Store, rcfg.Etcd = name, name+"-0", store, cli
-		rcfg.ReportInterval = cfg.RebalanceInterval
+		rcfg.ReportInterval, rcfg.ReportToken = cfg.RebalanceInterval, reportToken
 		rcfg.Logger, rcfg.Registerer = log, reg
 		if kind == "memory" {
 			rcfg.StoreTimeout = 50 * time.Millisecond
@@ -379,6 +389,15 @@ func startEtcd(dir string) (*embed.Etcd, string, error) {
 		return nil, "", errors.New("embedded etcd not ready within 30s")
 	}
 	return e, client.String(), nil
+}
+
+// newToken returns a random token of 32 hex digits.
+func newToken() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("report token: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
 }
 
 func freeURL() (url.URL, error) {
