@@ -1,9 +1,9 @@
 package coordinator
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,6 +43,9 @@ type Config struct {
 	// tenants stay on cold floors, counted and logged. 0: no cap. Default
 	// 1,000,000.
 	MaxTenants int
+	// Reports says whose reports are taken (see ReportAuth); the zero
+	// value takes none.
+	Reports ReportAuth
 	// Shares tunes the allocator (smoothing, headroom, deadband, slew);
 	// Regions, Interval and Lease are set from the policy and this Config.
 	Shares shares.Config
@@ -65,18 +68,80 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports the first invalid field.
+// FieldError is an invalid Config field. Reason names other fields by their
+// Go names; a command that sets the fields from flags can name its flags
+// instead, which is why Field, Value and Reason are kept apart.
+type FieldError struct {
+	// Field is the field at fault, e.g. "Lease".
+	Field string
+	// Value is its value (nil when the field is missing).
+	Value any
+	// Reason says what is wrong, e.g. "must be at least two
+	// RebalanceInterval (10s)".
+	Reason string
+}
+
+func (e *FieldError) Error() string {
+	if e.Value == nil {
+		return fmt.Sprintf("coordinator config: %s: %s", e.Field, e.Reason)
+	}
+	return fmt.Sprintf("coordinator config: %s: %v: %s", e.Field, e.Value, e.Reason)
+}
+
+// Validate reports the first invalid field as a *FieldError: the settings
+// (ValidateSettings), then the dependencies (Etcd).
 func (c Config) Validate() error {
-	switch {
-	case c.Etcd == nil:
-		return errors.New("coordinator config: Etcd: required")
-	case c.SessionTTL < time.Second || c.SessionTTL%time.Second != 0:
-		return fmt.Errorf("coordinator config: SessionTTL: %v: want whole seconds, at least 1s", c.SessionTTL)
-	case c.RebalanceInterval <= 0:
-		return fmt.Errorf("coordinator config: RebalanceInterval: %v: must be positive", c.RebalanceInterval)
-	case c.Lease <= c.SessionTTL+c.RebalanceInterval:
-		return fmt.Errorf("coordinator config: Lease: %v must exceed SessionTTL + RebalanceInterval (%v) so that a failover costs nothing",
-			c.Lease, c.SessionTTL+c.RebalanceInterval)
+	if err := c.ValidateSettings(); err != nil {
+		return err
+	}
+	if c.Etcd == nil {
+		return &FieldError{Field: "Etcd", Reason: "required"}
 	}
 	return nil
+}
+
+// ValidateSettings reports the first invalid setting as a *FieldError,
+// leaving out the dependencies (Etcd, Logger, Registerer, Now), so that a
+// command can check its flags before it dials anything. It checks the
+// allocator's configuration too, as the leader will build it (Shares with
+// Interval = RebalanceInterval and Lease = Lease; the regions, which come
+// from the policy, stand in as one placeholder): a config it accepts never
+// fails at the first rebalance.
+func (c Config) ValidateSettings() error {
+	switch {
+	case c.SessionTTL < time.Second || c.SessionTTL%time.Second != 0:
+		return &FieldError{Field: "SessionTTL", Value: c.SessionTTL, Reason: "want whole seconds, at least 1s"}
+	case c.RebalanceInterval <= 0:
+		return &FieldError{Field: "RebalanceInterval", Value: c.RebalanceInterval, Reason: "must be positive"}
+	case c.Lease <= c.SessionTTL+c.RebalanceInterval:
+		return &FieldError{Field: "Lease", Value: c.Lease, Reason: fmt.Sprintf(
+			"must exceed SessionTTL + RebalanceInterval (%v)", c.SessionTTL+c.RebalanceInterval)}
+	case c.Lease < 2*c.RebalanceInterval:
+		// shares.Config's rule, named in this Config's terms.
+		return &FieldError{Field: "Lease", Value: c.Lease, Reason: fmt.Sprintf(
+			"must be at least two RebalanceInterval (%v)", 2*c.RebalanceInterval)}
+	}
+	switch {
+	case c.TenantIdleTimeout < 0:
+		return &FieldError{Field: "TenantIdleTimeout", Value: c.TenantIdleTimeout, Reason: "must not be negative (0 keeps every tenant)"}
+	case c.MaxTenants < 0:
+		return &FieldError{Field: "MaxTenants", Value: c.MaxTenants, Reason: "must not be negative (0: no cap)"}
+	}
+	if err := c.Reports.Validate(); err != nil {
+		return &FieldError{Field: "Reports", Reason: err.Error()}
+	}
+	sc := c.allocatorConfig([]string{"placeholder"})
+	if err := sc.Validate(); err != nil {
+		return &FieldError{Field: "Shares", Reason: err.Error()}
+	}
+	return nil
+}
+
+// allocatorConfig is the allocator's configuration for regions.
+func (c Config) allocatorConfig(regions []string) shares.Config {
+	sc := c.Shares
+	sc.Regions = slices.Clone(regions)
+	sc.Interval = c.RebalanceInterval
+	sc.Lease = c.Lease
+	return sc
 }

@@ -216,15 +216,46 @@ func (c *Coordinator) campaign(ctx context.Context) error {
 	return c.lead(ctx, sctx, sess, el)
 }
 
-// observe keeps c.leader current.
+// observe keeps c.leader current until ctx (the session) ends.
+// Election.Observe closes its channel without saying why when its read or
+// watch fails (etcd compacted past the watch's revision, a request failed):
+// the leader seen last may then be gone, so a follower forgets it (pods
+// asking get "no leader known" and look the leader up in etcd rather than a
+// stale address) and observes again after a short backoff, which grows
+// while observing keeps failing at once.
 func (c *Coordinator) observe(ctx context.Context, el *concurrency.Election) {
-	for r := range el.Observe(ctx) {
-		var li LeaderInfo
-		if len(r.Kvs) > 0 && json.Unmarshal(r.Kvs[0].Value, &li) == nil {
-			c.mu.Lock()
-			c.leader = li
-			c.mu.Unlock()
+	const minBackoff, maxBackoff = 100 * time.Millisecond, 2 * time.Second
+	backoff := minBackoff
+	for {
+		seen := false
+		for r := range el.Observe(ctx) {
+			var li LeaderInfo
+			if len(r.Kvs) > 0 && json.Unmarshal(r.Kvs[0].Value, &li) == nil {
+				seen = true
+				c.mu.Lock()
+				c.leader = li
+				c.mu.Unlock()
+			}
 		}
+		if ctx.Err() != nil {
+			return
+		}
+		c.mu.Lock()
+		stale := c.leader
+		if c.term == nil { // a leader names itself
+			c.leader = LeaderInfo{}
+		}
+		c.mu.Unlock()
+		if seen {
+			backoff = minBackoff
+		}
+		c.log.Warn("election observer ended; forgot the leader and observing again", "last_leader", stale.ID, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, maxBackoff)
 	}
 }
 
@@ -385,16 +416,14 @@ func (c *Coordinator) refreshPolicy(ctx context.Context, t *term) error {
 		t.lead.SetDefault(c.defaultBudget(doc))
 		return nil
 	}
+	// The learning period covers every lease an older term may have
+	// granted: the lease itself, plus the session TTL for which a deposed
+	// leader may not yet know it lost.
 	cfg := shares.LeaderConfig{
-		Config:      c.cfg.Shares,
-		Term:        0,
+		Config:      c.cfg.allocatorConfig(doc.Regions),
 		Learning:    c.cfg.Lease + c.cfg.SessionTTL,
-		MaxTenants:  c.cfg.MaxTenants,
-		ValidTenant: policy.ValidTenant,
+		ValidTenant: policy.ValidateTenant,
 	}
-	cfg.Regions = slices.Clone(doc.Regions)
-	cfg.Interval = c.cfg.RebalanceInterval
-	cfg.Lease = c.cfg.Lease
 	t.sub++
 	cfg.Term = t.termID()
 	lead, err := shares.NewLeader(c.cfg.Now(), cfg)

@@ -16,10 +16,12 @@ import (
 	"github.com/allot-dev/allot/shares"
 )
 
-// RegisterGRPC registers allot.v1.Coordinator and allot.v1.Admin on s.
+// RegisterGRPC registers allot.v1.Coordinator, behind the report
+// authentication of Config.Reports (reportauth.go), and allot.v1.Admin, whose
+// writes auth guards, on s.
 func (c *Coordinator) RegisterGRPC(s grpc.ServiceRegistrar, auth Auth) {
 	g := &grpcAPI{c: c, auth: auth}
-	allotv1.RegisterCoordinatorServer(s, g)
+	allotv1.RegisterCoordinatorServer(s, c.gateReports(g))
 	allotv1.RegisterAdminServer(s, g)
 }
 

@@ -129,6 +129,7 @@ func TestGRPCAdmin(t *testing.T) {
 		t.Fatal(err)
 	}
 	gs := grpc.NewServer()
+	n.c.cfg.Reports = ReportAuth{Insecure: true} // reports' own tests: reportauth_test.go
 	n.c.RegisterGRPC(gs, Auth{Token: token})
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)

@@ -3,6 +3,8 @@ package e2e
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -89,6 +91,9 @@ type cluster struct {
 	regions  []*region
 	labels   map[string]string
 	http     *http.Client
+	// reportToken is the region token of this cluster's pods and
+	// coordinators, copied into every allot container as reportTokenPath.
+	reportToken string
 
 	mu    sync.Mutex
 	nodes []*node
@@ -115,6 +120,9 @@ func startCluster(t *testing.T, topo topology) *cluster {
 		labels: map[string]string{labelKey: "1", labelKey + ".test": t.Name()},
 		http:   &http.Client{Timeout: 5 * time.Second},
 	}
+	var tok [16]byte
+	_, _ = crand.Read(tok[:])
+	c.reportToken = hex.EncodeToString(tok[:])
 	t.Cleanup(func() { c.teardown(t) })
 	var err error
 	newNet := func(internal bool) (*testcontainers.DockerNetwork, error) {
@@ -183,7 +191,7 @@ func startCluster(t *testing.T, topo topology) *cluster {
 				"coordinator", "--id", name, "--etcd", etcdURLs,
 				"--grpc-listen", "0.0.0.0:7071", "--http-listen", "0.0.0.0:7070",
 				"--advertise-grpc", name + ":7071", "--advertise-http", name + ":7070",
-				"--insecure-admin", "--log-level", "info",
+				"--insecure-admin", "--report-token-file", reportTokenPath, "--log-level", "info",
 				"--rebalance-interval", topo.Interval.String(), "--lease", topo.Lease.String(),
 				"--session-ttl", topo.SessionTTL.String(),
 			}, []string{"7070/tcp"}, wait.ForHTTP("/healthz").WithPort("7070/tcp").WithStartupTimeout(time.Minute),
@@ -267,7 +275,7 @@ func (c *cluster) startRegion(ctx context.Context, r *region, etcdURLs string) e
 				"regional", "--region", r.name, "--pod", name, "--redis", "redis:6379", "--etcd", etcdURLs,
 				"--grpc-listen", "0.0.0.0:8081", "--http-listen", "0.0.0.0:8080",
 				"--report-interval", c.topo.Interval.String(), "--lease-drift", c.topo.Drift.String(),
-				"--store-timeout", c.topo.StoreTimeout.String(),
+				"--store-timeout", c.topo.StoreTimeout.String(), "--report-token-file", reportTokenPath,
 				"--gossip-listen", "0.0.0.0:7946", "--gossip-advertise", podIP(i).String(), "--gossip-join", strings.Join(seeds, ","),
 				"--log-level", "info",
 			}, []string{"8080/tcp", "8081/tcp"}, wait.ForHTTP("/readyz").WithPort("8080/tcp").WithStartupTimeout(2*time.Minute),
@@ -292,6 +300,9 @@ func (c *cluster) startRegion(ctx context.Context, r *region, etcdURLs string) e
 	}
 	return g.Wait()
 }
+
+// reportTokenPath is where allot containers find the cluster's region token.
+const reportTokenPath = "/report-token"
 
 // netAlias attaches a container to nw under aliases, at ip when it is
 // valid (a network whose subnet the test chose).
@@ -320,6 +331,11 @@ func (c *cluster) run(ctx context.Context, name, image string, cmd, ports []stri
 			cfg.StopTimeout = &stop
 		}),
 		testcontainers.WithNoStart(),
+	}
+	if image == imgs.Allot {
+		// The images are FROM scratch: a file at the root needs no directory.
+		opts = append(opts, testcontainers.WithFiles(testcontainers.ContainerFile{
+			Reader: strings.NewReader(c.reportToken + "\n"), ContainerFilePath: reportTokenPath, FileMode: 0o444}))
 	}
 	ctr, err := testcontainers.Run(ctx, image, opts...)
 	if ctr != nil {

@@ -47,7 +47,15 @@ type Config struct {
 	// (the coordinator's rebalance interval).
 	ReportInterval time.Duration
 	// CoordinatorCreds secures reports to the coordinator (nil: plaintext).
+	// With a client certificate the coordinator verifies, it also
+	// authenticates them.
 	CoordinatorCreds credentials.TransportCredentials
+	// ReportToken is the region token the coordinator requires of reports
+	// (coordinator.ReportAuth), sent with each as gRPC metadata
+	// "authorization: Bearer <token>"; empty: none. Over a plaintext
+	// connection (no CoordinatorCreds) the token travels in the clear:
+	// fine on loopback and trusted networks, otherwise pair it with TLS.
+	ReportToken string
 	// ReportTimeout bounds one report call. Default 1s.
 	ReportTimeout time.Duration
 	// Drift is subtracted from every lease, covering clock-rate differences
@@ -107,6 +115,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("regional config: Drift: %v: must not be negative", c.Drift)
 	case c.MaxTenants < 1:
 		return errors.New("regional config: MaxTenants: must be at least 1")
+	}
+	for _, r := range c.ReportToken {
+		if r <= ' ' || r > '~' {
+			return fmt.Errorf("regional config: ReportToken: %q: want printable ASCII without spaces (it travels as gRPC metadata)", r)
+		}
 	}
 	return nil
 }

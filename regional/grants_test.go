@@ -44,6 +44,7 @@ func TestGrantAppliedAndLeaseLapse(t *testing.T) {
 	ccfg.ID, ccfg.Etcd = "c1", etcd.Client(t)
 	ccfg.SessionTTL, ccfg.RebalanceInterval, ccfg.Lease = time.Second, 100*time.Millisecond, 1500*time.Millisecond
 	ccfg.Shares.Interval = ccfg.RebalanceInterval
+	ccfg.Reports = coordinator.ReportAuth{Insecure: true} // report auth: reportcheck_test.go
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

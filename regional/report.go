@@ -35,8 +35,15 @@ func newReporter(s *Service) *reporter {
 	if creds == nil {
 		creds = insecure.NewCredentials()
 	}
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		grpc.WithChainUnaryInterceptor(newAnswerCheck(s).intercept),
+	}
+	if s.cfg.ReportToken != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(reportToken(s.cfg.ReportToken)))
+	}
 	return &reporter{s: s, dial: func(addr string) (*grpc.ClientConn, error) {
-		return grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+		return grpc.NewClient(addr, opts...)
 	}}
 }
 

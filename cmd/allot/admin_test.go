@@ -48,11 +48,17 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// startCoordinator runs `allot coordinator` in-process and waits until it
-// leads.
+// startCoordinator runs `allot coordinator` in-process (reports
+// unauthenticated unless extra says otherwise) and waits until it leads.
 func startCoordinator(t *testing.T, extra ...string) string {
 	t.Helper()
-	srv := etcdtest.Start(t)
+	return startCoordinatorOn(t, etcdtest.Start(t), append([]string{"--insecure-reports"}, extra...)...)
+}
+
+// startCoordinatorOn is startCoordinator on srv, with only extra's report
+// flags.
+func startCoordinatorOn(t *testing.T, srv *etcdtest.Server, extra ...string) string {
+	t.Helper()
 	httpAddr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -34,6 +34,8 @@ type coordinatorOpts struct {
 	lease          time.Duration
 	adminTokenFile string
 	insecureAdmin  bool
+	reportToken    string // --report-token-file
+	insecureReport bool
 	logLevel       string
 	serverTLS      tlsconfig.Server
 	ops            opsConfig
@@ -56,11 +58,20 @@ It serves allot.v1.Coordinator and allot.v1.Admin over gRPC, and the admin
 API, a status page (/), /metrics, /healthz and /readyz over HTTP. Writes need
 the token in --admin-token-file unless --insecure-admin. With --ops-listen,
 /metrics, /healthz and /readyz are also served in plaintext there, for probes
-and scrapers under mutual TLS (and /debug/pprof/ with --pprof).`,
+and scrapers under mutual TLS (and /debug/pprof/ with --pprof).
+
+Reports (allot.v1.Coordinator) are authenticated: by the region token in
+--report-token-file, which pods send with their own --report-token-file, or
+by a client certificate the gRPC listener verifies (--tls-client-ca). Others
+are refused as unauthenticated. Without either it does not start, unless
+--insecure-reports takes reports from anyone who reaches --grpc-listen.`,
 		Example: `  allot coordinator --etcd http://127.0.0.1:2379 \
-    --grpc-listen :7071 --http-listen :7070 --admin-token-file /etc/allot/token
-  ALLOT_ETCD=http://etcd-0:2379,http://etcd-1:2379 allot coordinator --insecure-admin \
-    --grpc-listen 0.0.0.0:7071 --http-listen 0.0.0.0:7070 --advertise-grpc coord-0.allot:7071`,
+    --grpc-listen :7071 --http-listen :7070 \
+    --admin-token-file /etc/allot/token --report-token-file /etc/allot/report-token
+  ALLOT_ETCD=http://etcd-0:2379,http://etcd-1:2379 allot coordinator --insecure-admin --insecure-reports \
+    --grpc-listen 0.0.0.0:7071 --http-listen 0.0.0.0:7070 --advertise-grpc coord-0.allot:7071
+  allot coordinator --etcd http://127.0.0.1:2379 --admin-token-file /etc/allot/token \
+    --tls-cert tls.crt --tls-key tls.key --tls-client-ca ca.crt   # pods report with client certificates`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runCoordinator(cmd.Context(), s, o) },
 	}
@@ -74,9 +85,11 @@ and scrapers under mutual TLS (and /debug/pprof/ with --pprof).`,
 	f.StringVar(&o.prefix, "etcd-prefix", "/allot/v1/", "key prefix of allot's state in etcd")
 	f.DurationVar(&o.rebalance, "rebalance-interval", def.RebalanceInterval, "how often the leader rebalances")
 	f.DurationVar(&o.sessionTTL, "session-ttl", def.SessionTTL, "etcd session TTL: how long a crashed leader keeps leadership (whole seconds)")
-	f.DurationVar(&o.lease, "lease", def.Lease, "lease granted to pods per report; must exceed session-ttl + rebalance-interval")
+	f.DurationVar(&o.lease, "lease", def.Lease, "lease granted to pods per report; must exceed --session-ttl + --rebalance-interval and be at least two --rebalance-interval")
 	f.StringVar(&o.adminTokenFile, "admin-token-file", "", "file holding the bearer token admin writes must carry")
 	f.BoolVar(&o.insecureAdmin, "insecure-admin", false, "accept admin writes without a token")
+	f.StringVar(&o.reportToken, "report-token-file", "", "file holding the region token pods' reports must carry (the pods' --report-token-file)")
+	f.BoolVar(&o.insecureReport, "insecure-reports", false, "accept pods' reports without a token or client certificate, from anyone who reaches --grpc-listen")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	serverTLSFlags(f, &o.serverTLS)
 	opsFlags(f, &o.ops)
@@ -143,6 +156,9 @@ func runCoordinator(ctx context.Context, s *streams, o coordinatorOpts) error {
 	if err := o.ops.validate(); err != nil {
 		return err
 	}
+	if err := o.serverTLS.Validate(); err != nil {
+		return usageError{err}
+	}
 	auth := coordinator.Auth{Insecure: o.insecureAdmin}
 	if o.adminTokenFile != "" {
 		b, err := os.ReadFile(o.adminTokenFile)
@@ -154,26 +170,35 @@ func runCoordinator(ctx context.Context, s *streams, o coordinatorOpts) error {
 	if err := auth.Validate(); err != nil {
 		return usageError{err}
 	}
+	reports, err := o.reportAuth()
+	if err != nil {
+		return err
+	}
 	if o.id == "" {
 		o.id, _ = os.Hostname()
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg := coordinator.DefaultConfig()
+	cfg.ID, cfg.Prefix = o.id, o.prefix
+	cfg.GRPCAddr, cfg.HTTPAddr = or(o.advertiseGRPC, o.grpcListen), or(o.advertiseHTTP, o.httpListen)
+	cfg.RebalanceInterval, cfg.SessionTTL, cfg.Lease = o.rebalance, o.sessionTTL, o.lease
+	cfg.Logger, cfg.Registerer = log, reg
+	cfg.Reports = reports
+	// The whole configuration, the allocator's included, before anything
+	// is dialled or started: inconsistent flags exit 2, naming the flags.
+	if err := cfg.ValidateSettings(); err != nil {
+		return flagError(err, coordinatorFlags)
 	}
 	etcd, err := newEtcdClient(o.etcd, o.etcdTLS, o.etcdAuth)
 	if err != nil {
 		return err
 	}
 	defer etcd.Close()
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cfg := coordinator.DefaultConfig()
-	cfg.ID, cfg.Etcd, cfg.Prefix = o.id, etcd, o.prefix
-	cfg.GRPCAddr, cfg.HTTPAddr = or(o.advertiseGRPC, o.grpcListen), or(o.advertiseHTTP, o.httpListen)
-	cfg.RebalanceInterval, cfg.SessionTTL, cfg.Lease = o.rebalance, o.sessionTTL, o.lease
-	cfg.Shares.Interval, cfg.Shares.Lease = o.rebalance, o.lease
-	cfg.Logger, cfg.Registerer = log, reg
+	cfg.Etcd = etcd
 	coord, err := coordinator.New(cfg)
 	if err != nil {
-		return usageError{err}
+		return flagError(err, coordinatorFlags)
 	}
 
 	srv, err := listenServers(o.grpcListen, o.httpListen, o.serverTLS, o.ops)
@@ -182,7 +207,10 @@ func runCoordinator(ctx context.Context, s *streams, o coordinatorOpts) error {
 	}
 	coord.RegisterGRPC(srv.GRPC, auth)
 	ga, ha := srv.Addrs()
-	log.Info("coordinator starting", "id", o.id, "grpc", ga, "http", ha, "etcd", o.etcd)
+	log.Info("coordinator starting", "id", o.id, "grpc", ga, "http", ha, "etcd", o.etcd, "reports", o.reportsBy())
+	if o.insecureReport {
+		log.Warn("--insecure-reports: anyone who reaches --grpc-listen can report as any pod and move shares")
+	}
 	// Run returns (resigning) once ctx ends, after the servers stop.
 	err = srv.run(ctx, coord.Handler(auth, reg), nil, coord.Run)
 	log.Info("coordinator stopped")
@@ -194,4 +222,56 @@ func or(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// reportAuth reads the report flags: a region token, mutual TLS, or
+// --insecure-reports, as admin writes need a token or --insecure-admin.
+func (o coordinatorOpts) reportAuth() (coordinator.ReportAuth, error) {
+	a := coordinator.ReportAuth{Insecure: o.insecureReport}
+	switch {
+	case o.insecureReport && o.reportToken != "":
+		return a, usagef("--insecure-reports and --report-token-file: choose one (--insecure-reports takes reports without the token)")
+	case o.reportToken != "":
+		tok, err := readToken("report-token-file", o.reportToken)
+		if err != nil {
+			return a, err
+		}
+		a.Token = tok
+	case !o.insecureReport && !o.serverTLS.MutualTLS():
+		return a, usagef("reports need authentication: --report-token-file FILE (the region token; pods take the same file), " +
+			"or mutual TLS (--tls-client-ca: pods report with client certificates), " +
+			"or --insecure-reports to take reports from anyone who reaches --grpc-listen")
+	}
+	if err := a.Validate(); err != nil {
+		return a, usagef("--report-token-file %s: %v", o.reportToken, err)
+	}
+	return a, nil
+}
+
+// reportsBy says how reports are authenticated, for the start line.
+func (o coordinatorOpts) reportsBy() string {
+	var by []string
+	if o.insecureReport {
+		return "unauthenticated (--insecure-reports)"
+	}
+	if o.reportToken != "" {
+		by = append(by, "region token")
+	}
+	if o.serverTLS.MutualTLS() {
+		by = append(by, "client certificates")
+	}
+	return strings.Join(by, " or ")
+}
+
+// readToken reads a token file: its content, trimmed, must not be empty.
+func readToken(flag, path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", usagef("--%s: %v", flag, err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", usagef("--%s %s: the file is empty", flag, path)
+	}
+	return tok, nil
 }

@@ -46,7 +46,7 @@ func TestEtcdAuth(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("nope\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	base := []string{"coordinator", "--etcd", srv.Endpoint, "--insecure-admin", "--session-ttl", "1s", "--log-level", "error"}
+	base := []string{"coordinator", "--etcd", srv.Endpoint, "--insecure-admin", "--insecure-reports", "--session-ttl", "1s", "--log-level", "error"}
 
 	_, errs, code := runCLI(t, append(base, "--grpc-listen", freeAddr(t), "--http-listen", freeAddr(t), "--etcd-username", "root", "--etcd-password-file", bad)...)
 	if code != 1 || !strings.Contains(errs, "authentication failed") {

@@ -52,6 +52,10 @@ type regionalOpts struct {
 	etcdTLS           tlsconfig.Client
 	etcdAuth          etcdAuth
 	coordTLS          tlsconfig.Client
+	reportToken       string // --report-token-file
+	// changed reports whether a flag was given (on the command line or in
+	// the environment).
+	changed func(flag string) bool
 }
 
 func newRegionalCmd(s *streams) *cobra.Command {
@@ -66,6 +70,11 @@ tenant's budget, mirrored from etcd; it reports traffic to the coordinator
 leader, whose answers keep its lease valid. When Redis is slow or down each
 limit fails open (local fallback) or closed, as the policy says.
 
+Reports carry the region token of --report-token-file (the coordinators'
+own --report-token-file), or a client certificate (--coordinator-tls-cert)
+when the coordinators verify them. Without --coordinator-tls-* the token
+travels in plaintext: fine on loopback or a trusted network.
+
 gRPC: allot.v1.Limiter, envoy.service.ratelimit.v3.RateLimitService, health,
 reflection. HTTP: POST /v1/decide, GET /v1/forward-auth, /metrics, /healthz,
 /readyz (ready once the policy is loaded and the grants synced). With
@@ -73,11 +82,14 @@ reflection. HTTP: POST /v1/decide, GET /v1/forward-auth, /metrics, /healthz,
 there, for probes and scrapers under mutual TLS (and /debug/pprof/ with
 --pprof).`,
 		Example: `  allot regional --region us-east --redis 127.0.0.1:6379 --etcd http://127.0.0.1:2379 \
-    --grpc-listen :8081 --http-listen :8080
+    --grpc-listen :8081 --http-listen :8080 --report-token-file /etc/allot/report-token
   allot regional --region eu-west --redis redis-0:6379,redis-1:6379,redis-2:6379 --redis-cluster \
     --etcd http://etcd:2379 --grpc-listen 0.0.0.0:8081 --http-listen 0.0.0.0:8080 --store-timeout 3ms`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runRegional(cmd.Context(), s, o) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.changed = cmd.Flags().Changed
+			return runRegional(cmd.Context(), s, o)
+		},
 	}
 	f := c.Flags()
 	f.StringVar(&o.region, "region", "", "this pod's region, one of the policy's regions (required)")
@@ -111,6 +123,7 @@ there, for probes and scrapers under mutual TLS (and /debug/pprof/ with
 	clientTLSFlags(f, &o.etcdTLS, "etcd-tls", "etcd")
 	etcdAuthFlags(f, &o.etcdAuth)
 	clientTLSFlags(f, &o.coordTLS, "coordinator-tls", "the coordinator")
+	f.StringVar(&o.reportToken, "report-token-file", "", "file holding the region token sent with every report (the coordinators' --report-token-file)")
 	return c
 }
 
@@ -124,6 +137,12 @@ func runRegional(ctx context.Context, s *streams, o regionalOpts) error {
 	}
 	if err := o.ops.validate(); err != nil {
 		return err
+	}
+	if err := o.validateGossip(); err != nil {
+		return err
+	}
+	if err := o.serverTLS.Validate(); err != nil {
+		return usageError{err}
 	}
 	addrs := splitList(o.redis)
 	if len(addrs) == 0 {
@@ -150,6 +169,12 @@ func runRegional(ctx context.Context, s *streams, o regionalOpts) error {
 			return usageError{err}
 		}
 		if err := o.redisTLS.ApplyRedis(ropts); err != nil {
+			return err
+		}
+	}
+	var reportToken string
+	if o.reportToken != "" {
+		if reportToken, err = readToken("report-token-file", o.reportToken); err != nil {
 			return err
 		}
 	}
@@ -180,6 +205,9 @@ func runRegional(ctx context.Context, s *streams, o regionalOpts) error {
 		mc := membership.DefaultConfig()
 		mc.Region, mc.BindAddr, mc.AdvertiseAddr, mc.Join = o.region, o.gossipListen, o.gossipAdvertise, splitList(o.gossipJoin)
 		mc.ProbeInterval, mc.RejoinInterval = o.gossipProbe, o.gossipRejoin
+		// The probe timeout has no flag: keep it below a short probe
+		// interval, as memberlist's presets do (half of it).
+		mc.ProbeTimeout = min(mc.ProbeTimeout, o.gossipProbe/2)
 		if o.pod != "" {
 			mc.NodeName = o.pod
 		}
@@ -196,8 +224,6 @@ func runRegional(ctx context.Context, s *streams, o regionalOpts) error {
 		if members, err = membership.New(mc); err != nil {
 			return usageError{err}
 		}
-	} else if o.gossipJoin != "" {
-		return usagef("--gossip-join needs --gossip-listen")
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg := regional.DefaultConfig()
@@ -205,7 +231,7 @@ func runRegional(ctx context.Context, s *streams, o regionalOpts) error {
 	cfg.StoreTimeout, cfg.ReportInterval = o.storeTimeout, o.reportInterval
 	cfg.BreakerFailures, cfg.BreakerOpen, cfg.Drift = o.breakerFailures, o.breakerOpen, o.drift
 	cfg.Logger, cfg.Registerer = log, reg
-	cfg.CoordinatorCreds = coordCreds
+	cfg.CoordinatorCreds, cfg.ReportToken = coordCreds, reportToken
 	if members != nil {
 		cfg.LivePods = members.LivePods
 	}
@@ -221,6 +247,10 @@ func runRegional(ctx context.Context, s *streams, o regionalOpts) error {
 	ga, ha := srv.Addrs()
 	log.Info("regional starting", "region", o.region, "pod", o.pod, "grpc", ga, "http", ha,
 		"redis", addrs, "redis_cluster", o.redisCluster, "etcd", o.etcd)
+	if reportToken == "" && o.coordTLS.CertFile == "" {
+		log.Warn("reports carry no credentials (no --report-token-file, no --coordinator-tls-cert): " +
+			"only a coordinator started with --insecure-reports takes them; others refuse them and this pod stays on its floors")
+	}
 	components := []func(context.Context) error{svc.Run}
 	if members != nil {
 		components = append(components, members.Run)
@@ -228,4 +258,19 @@ func runRegional(ctx context.Context, s *streams, o regionalOpts) error {
 	err = srv.run(ctx, svc.Handler(reg, o.headerPrefix), svc.Ready, components...)
 	log.Info("regional stopped")
 	return err
+}
+
+// validateGossip refuses gossip settings without --gossip-listen, which
+// would otherwise be ignored in silence (a --gossip-key-file that encrypts
+// nothing, seeds nobody joins).
+func (o regionalOpts) validateGossip() error {
+	if o.gossipListen != "" {
+		return nil
+	}
+	for _, f := range []string{"gossip-join", "gossip-advertise", "gossip-key-file", "gossip-probe-interval", "gossip-rejoin-interval"} {
+		if o.changed != nil && o.changed(f) {
+			return usagef("--%s needs --gossip-listen (without it gossip is off and the pod counts itself alone)", f)
+		}
+	}
+	return nil
 }

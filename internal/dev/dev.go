@@ -7,7 +7,9 @@ package dev
 
 import (
 	"context"
+	"crypto/rand"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -64,7 +66,10 @@ type Config struct {
 	Redis map[string]string
 	// Policy is the document applied at start; empty means DefaultPolicy.
 	Policy string
-	// Intervals of the coordinator and the pods.
+	// Intervals of the coordinator and the pods. The coordinator's lease
+	// follows: its default (10s), or longer when the interval needs it
+	// (SessionTTL + 2·RebalanceInterval), so any positive interval makes a
+	// consistent coordinator.
 	RebalanceInterval time.Duration
 	// Logger receives every component's logs (default: discard).
 	Logger *slog.Logger
@@ -100,7 +105,22 @@ func (c Config) Validate() error {
 	if c.RebalanceInterval <= 0 {
 		return errors.New("rebalance-interval: must be positive")
 	}
+	// The coordinator this config makes, as a whole (the allocator's
+	// settings included), so that nothing starts that would fail later.
+	if err := c.coordinatorConfig().ValidateSettings(); err != nil {
+		return fmt.Errorf("rebalance-interval %v: %w", c.RebalanceInterval, err)
+	}
 	return nil
+}
+
+// coordinatorConfig is the coordinator's configuration, dependencies aside.
+func (c Config) coordinatorConfig() coordinator.Config {
+	cc := coordinator.DefaultConfig()
+	cc.ID = "dev-coordinator"
+	cc.RebalanceInterval = c.RebalanceInterval
+	cc.Lease = max(cc.Lease, cc.SessionTTL+2*c.RebalanceInterval)
+	cc.Logger = c.Logger
+	return cc
 }
 
 // Region is one running region.
@@ -175,10 +195,17 @@ func Run(ctx context.Context, cfg Config, started func(*Cluster)) error {
 	if err != nil {
 		return err
 	}
-	ccfg := coordinator.DefaultConfig()
-	ccfg.ID, ccfg.Etcd, ccfg.GRPCAddr, ccfg.HTTPAddr = "dev-coordinator", cli, cgl.Addr().String(), cl.HTTPAddr
-	ccfg.RebalanceInterval, ccfg.Shares.Interval = cfg.RebalanceInterval, cfg.RebalanceInterval
+	// Reports are authenticated as in production, with a token made for
+	// this run and handed to every region: nothing else on the machine
+	// can report to the coordinator's gRPC port.
+	reportToken, err := newToken()
+	if err != nil {
+		return err
+	}
+	ccfg := cfg.coordinatorConfig()
+	ccfg.Etcd, ccfg.GRPCAddr, ccfg.HTTPAddr = cli, cgl.Addr().String(), cl.HTTPAddr
 	ccfg.Logger, ccfg.Registerer = log, reg
+	ccfg.Reports = coordinator.ReportAuth{Token: reportToken}
 	coord, err := coordinator.New(ccfg)
 	if err != nil {
 		return err
@@ -232,7 +259,7 @@ func Run(ctx context.Context, cfg Config, started func(*Cluster)) error {
 		}
 		rcfg := regional.DefaultConfig()
 		rcfg.Region, rcfg.Pod, rcfg.Store, rcfg.Etcd = name, name+"-0", store, cli
-		rcfg.ReportInterval = cfg.RebalanceInterval
+		rcfg.ReportInterval, rcfg.ReportToken = cfg.RebalanceInterval, reportToken
 		rcfg.Logger, rcfg.Registerer = log, reg
 		if kind == "memory" {
 			rcfg.StoreTimeout = 50 * time.Millisecond
@@ -362,6 +389,15 @@ func startEtcd(dir string) (*embed.Etcd, string, error) {
 		return nil, "", errors.New("embedded etcd not ready within 30s")
 	}
 	return e, client.String(), nil
+}
+
+// newToken returns a random token of 32 hex digits.
+func newToken() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("report token: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
 }
 
 func freeURL() (url.URL, error) {

@@ -95,7 +95,9 @@ func (h *harness) setupAllot(ctx context.Context) error {
 	}
 	h.progress("etcd on %s", etcdClient)
 
-	p, err = startProc("allot-coordinator", h.logs, nil, bin, "coordinator", "--etcd", etcdURL,
+	// Reports unauthenticated: one loopback pod. Set in the environment,
+	// which a revision without the flag (--allot-rev) ignores.
+	p, err = startProc("allot-coordinator", h.logs, []string{"ALLOT_INSECURE_REPORTS=true"}, bin, "coordinator", "--etcd", etcdURL,
 		"--grpc-listen", coordGRPC, "--http-listen", coordHTTP, "--insecure-admin", "--id", "bench", "--log-level", "warn")
 	if err != nil {
 		return err

@@ -175,6 +175,33 @@ readinessProbe:
   failureThreshold: 3
 {{- end -}}
 
+{{- define "allot.reports.secretName" -}}
+{{- if .Values.reports.existingSecret -}}{{ .Values.reports.existingSecret }}{{- else -}}{{ include "allot.fullname" . | trunc 55 | trimSuffix "-" }}-reports{{- end -}}
+{{- end -}}
+
+{{- define "allot.reports.secretKey" -}}
+{{- if .Values.reports.existingSecret -}}{{ .Values.reports.existingSecretKey | default "token" }}{{- else -}}token{{- end -}}
+{{- end -}}
+
+{{/* The region token's volume mount and volume (nothing with reports.insecure). */}}
+{{- define "allot.reports.mount" -}}
+{{- if not .Values.reports.insecure -}}
+- name: report-token
+  mountPath: /etc/allot/reports
+  readOnly: true
+{{- end -}}
+{{- end -}}
+{{- define "allot.reports.volume" -}}
+{{- if not .Values.reports.insecure -}}
+- name: report-token
+  secret:
+    secretName: {{ include "allot.reports.secretName" . }}
+    items:
+      - key: {{ include "allot.reports.secretKey" . }}
+        path: token
+{{- end -}}
+{{- end -}}
+
 {{- define "allot.admin.secretKey" -}}
 {{- if .Values.admin.existingSecret -}}{{ .Values.admin.existingSecretKey | default "token" }}{{- else -}}token{{- end -}}
 {{- end -}}
