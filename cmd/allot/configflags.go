@@ -15,6 +15,8 @@ var coordinatorFlags = map[string]string{
 	"SessionTTL":        "--session-ttl",
 	"RebalanceInterval": "--rebalance-interval",
 	"Lease":             "--lease",
+	"TenantIdleTimeout": "--tenant-idle-timeout",
+	"MaxTenants":        "--max-tenants",
 }
 
 // flagError turns a *coordinator.FieldError about a field that a flag sets

@@ -38,6 +38,8 @@ type coordinatorOpts struct {
 	insecureReport bool
 	logLevel       string
 	serverTLS      tlsconfig.Server
+	idle           time.Duration
+	maxTenants     int
 	ops            opsConfig
 	etcdTLS        tlsconfig.Client
 	etcdAuth       etcdAuth
@@ -51,8 +53,14 @@ func newCoordinatorCmd(s *streams) *cobra.Command {
 		Short: "Run a coordinator: elected through etcd, it rebalances budget shares",
 		Long: `Run one coordinator replica. Replicas elect one leader through etcd; the leader
 takes the regional pods' reports, rebalances every tenant's shares every
---rebalance-interval and writes changed grants to etcd, fenced on its
-leadership. The others wait, and answer pods with the leader's address.
+--rebalance-interval, and answers each report with the pod's lease and its
+region's grants that changed since the pod last applied them (nothing is
+written to etcd per grant). A new leader learns for --lease + --session-ttl
+before it grants: it renews no lease until every older one has expired.
+The others wait, and answer pods with the leader's address.
+
+Tenants with no budget record and no policy entry are forgotten after
+--tenant-idle-timeout without reports; at most --max-tenants are tracked.
 
 It serves allot.v1.Coordinator and allot.v1.Admin over gRPC, and the admin
 API, a status page (/), /metrics, /healthz and /readyz over HTTP. Writes need
@@ -86,6 +94,8 @@ are refused as unauthenticated. Without either it does not start, unless
 	f.DurationVar(&o.rebalance, "rebalance-interval", def.RebalanceInterval, "how often the leader rebalances")
 	f.DurationVar(&o.sessionTTL, "session-ttl", def.SessionTTL, "etcd session TTL: how long a crashed leader keeps leadership (whole seconds)")
 	f.DurationVar(&o.lease, "lease", def.Lease, "lease granted to pods per report; must exceed --session-ttl + --rebalance-interval and be at least two --rebalance-interval")
+	f.DurationVar(&o.idle, "tenant-idle-timeout", def.TenantIdleTimeout, "forget a tenant with no budget record and no policy entry after this long without reports (0: never)")
+	f.IntVar(&o.maxTenants, "max-tenants", def.MaxTenants, "most tenants tracked from reports; beyond it, tenants stay on cold floors, counted in allot_coordinator_tenants_dropped_total (0: no cap)")
 	f.StringVar(&o.adminTokenFile, "admin-token-file", "", "file holding the bearer token admin writes must carry")
 	f.BoolVar(&o.insecureAdmin, "insecure-admin", false, "accept admin writes without a token")
 	f.StringVar(&o.reportToken, "report-token-file", "", "file holding the region token pods' reports must carry (the pods' --report-token-file)")
@@ -183,6 +193,7 @@ func runCoordinator(ctx context.Context, s *streams, o coordinatorOpts) error {
 	cfg.ID, cfg.Prefix = o.id, o.prefix
 	cfg.GRPCAddr, cfg.HTTPAddr = or(o.advertiseGRPC, o.grpcListen), or(o.advertiseHTTP, o.httpListen)
 	cfg.RebalanceInterval, cfg.SessionTTL, cfg.Lease = o.rebalance, o.sessionTTL, o.lease
+	cfg.TenantIdleTimeout, cfg.MaxTenants = o.idle, o.maxTenants
 	cfg.Logger, cfg.Registerer = log, reg
 	cfg.Reports = reports
 	// The whole configuration, the allocator's included, before anything
