@@ -351,7 +351,7 @@ func (c *Coordinator) rebalance(ctx context.Context, t *term) error {
 		t.peers = peers
 	}
 	for _, r := range t.regions {
-		c.hist.observe(t.regions, r, t.lead.Window(r), now.Sub(c.lastRun))
+		c.hist.observe(t.regions, r, t.lead.Rates(r, now), time.Second)
 	}
 	budgets := c.budgets(t, records, now)
 	changes := t.lead.Rebalance(now, budgets)

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -104,10 +105,10 @@ func leaderOf(nodes ...*node) (*node, error) {
 	return l, nil
 }
 
-func report(t *testing.T, n *node, region string, applied uint64, offered float64) (shares.Renewal, error) {
+func report(t *testing.T, n *node, region string, offered float64) (ReportAnswer, error) {
 	t.Helper()
 	return n.c.Report(context.Background(), PodReport{
-		Region: region, Pod: region + "-pod", Interval: 100 * time.Millisecond, Applied: applied,
+		Region: region, Pod: region + "-pod", Interval: 100 * time.Millisecond,
 		Usage: map[string]shares.Usage{"t42": {Offered: offered, Admitted: offered}}, LivePods: 1,
 	})
 }
@@ -140,34 +141,35 @@ func testFailover(t *testing.T, crash bool) {
 	}
 	// The follower names the leader to a reporting pod.
 	eventually(t, 5*time.Second, func() error {
-		_, err := report(t, second, "us-east", 0, 10)
+		_, err := report(t, second, "us-east", 10)
 		var nl *NotLeaderError
 		if !errors.As(err, &nl) || nl.Leader != first.c.ID()+":9000" {
-			return errors.New("follower does not name the leader: " + err.Error())
+			return fmt.Errorf("follower does not name the leader: %v", err)
 		}
 		return nil
 	})
-	// Reports to the leader produce grants in etcd.
-	eventually(t, 10*time.Second, func() error {
-		for _, r := range []string{"us-east", "eu-west", "ap-south"} {
-			applied, err := appliedEpochs(ctx, admin)
-			if err != nil {
-				return err
-			}
-			if _, err := report(t, first, r, applied[r], 100); err != nil {
+	// Two pods per region report to the leader until it has learned and
+	// they hold its grants.
+	regions := []string{"us-east", "eu-west", "ap-south"}
+	var pods []*tpod
+	for _, r := range regions {
+		pods = append(pods, newTPod(r, r+"-0"), newTPod(r, r+"-1"))
+	}
+	use := map[string]shares.Usage{"t42": {Offered: 10, Admitted: 10}}
+	eventually(t, 20*time.Second, func() error {
+		for _, p := range pods {
+			if _, err := p.report(first.c, time.Now(), 100*time.Millisecond, use, true); err != nil {
 				return err
 			}
 		}
-		g, _, err := admin.Grants(ctx, "")
-		if err != nil || len(g) == 0 {
-			return errors.New("no grants yet")
+		for _, p := range pods {
+			if _, ok := p.st.Grant("t42"); !ok || !p.st.Leased(time.Now()) {
+				return fmt.Errorf("%s holds no leased grant of t42 yet", p.id)
+			}
 		}
 		return nil
 	})
-	first.c.mu.Lock()
-	oldFence := first.c.term.fence
-	first.c.mu.Unlock()
-	before, _, _ := admin.Grants(ctx, "")
+	oldTerm, _ := pods[0].st.State()
 
 	// End the leader's session: the other leads within the session TTL
 	// (plus the time to notice).
@@ -189,31 +191,49 @@ func testFailover(t *testing.T, crash bool) {
 		t.Errorf("failover took %v, want within the session TTL %v (+2s to notice)", took, first.c.cfg.SessionTTL)
 	}
 
-	// The new leader resumes from etcd: it holds the grants written before.
+	// The new leader learns first: for Lease + SessionTTL it renews nothing
+	// and sends no grant, so every lease of the old term expires first.
+	var learnUntil time.Time
 	eventually(t, 5*time.Second, func() error {
 		second.c.mu.Lock()
 		defer second.c.mu.Unlock()
-		if second.c.term == nil || second.c.term.alloc == nil {
-			return errors.New("no allocator yet")
+		if second.c.term == nil || second.c.term.lead == nil {
+			return errors.New("no protocol term yet")
 		}
-		for _, g := range before {
-			got, ok := second.c.term.alloc.Grants(g.Tenant)[g.Region]
-			if !ok || got.Epoch < g.Grant.Epoch {
-				return errors.New("grant of " + g.Tenant + "@" + g.Region + " not resumed")
+		learnUntil = second.c.term.lead.LearningUntil()
+		return nil
+	})
+	for time.Now().Before(learnUntil.Add(-time.Second)) {
+		for _, p := range pods {
+			ans, err := p.report(second.c, time.Now(), 100*time.Millisecond, use, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ans.Learning || ans.Lease != 0 || len(ans.Entries) != 0 {
+				t.Fatalf("the learning leader answered %s with %+v", p.id, ans.Answer)
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Then it grants, in a later term than the old leader's.
+	eventually(t, 10*time.Second, func() error {
+		for _, p := range pods {
+			if _, err := p.report(second.c, time.Now(), 100*time.Millisecond, use, true); err != nil {
+				return err
+			}
+		}
+		for _, p := range pods {
+			term, _ := p.st.State()
+			if term <= oldTerm || !p.st.Leased(time.Now()) {
+				return fmt.Errorf("%s holds term %d (old %d), leased %v", p.id, term, oldTerm, p.st.Leased(time.Now()))
 			}
 		}
 		return nil
 	})
-
-	// A deposed leader's write is rejected by the fence.
-	_, err := admin.WriteGrants(ctx, oldFence, []shares.Change{{Tenant: "t42", Region: "us-east", Grant: shares.Grant{Rate: 1e6, Burst: 1, Epoch: 1 << 50}}})
-	if !errors.Is(err, state.ErrFenced) {
-		t.Fatalf("deposed leader's WriteGrants = %v, want ErrFenced", err)
-	}
-	after, _, _ := admin.Grants(ctx, "us-east")
-	for _, g := range after {
-		if g.Grant.Rate == 1e6 {
-			t.Fatal("the fenced write landed")
+	// The deposed leader takes no report.
+	if !crash {
+		if _, err := pods[0].report(first.c, time.Now(), time.Second, use, false); err == nil {
+			t.Fatal("a stopped leader answered a report")
 		}
 	}
 }

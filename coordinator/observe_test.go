@@ -202,7 +202,7 @@ func TestFollowerNamesNewLeader(t *testing.T) {
 	b, c := startNode(t, srv, "b"), startNode(t, srv, "c")
 	names := func(n *node, leader string) func() error {
 		return func() error {
-			_, err := report(t, n, "us-east", 0, 1)
+			_, err := report(t, n, "us-east", 1)
 			var nl *NotLeaderError
 			if !errors.As(err, &nl) || nl.Leader != leader+":9000" {
 				return fmt.Errorf("%s answers a report with %v, want a *NotLeaderError naming %s", n.c.ID(), err, leader)

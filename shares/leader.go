@@ -139,9 +139,11 @@ type leaderRegion struct {
 	pods    map[string]*podRec
 	log     []logRec
 	current map[string]Grant // newest grant per tenant
-	window  map[string]Usage
-	wStart  time.Time
-	any     bool
+	// latest is each pod's last report as rates (units per second): a
+	// region's demand is the sum over its pods of their latest rates, so
+	// that how many reports fall between two rebalances does not matter.
+	latest map[string]podUsage
+	wStart time.Time
 	cold    Ceiling
 	// shareD is the fail-open denominator, raised at epoch shareEpoch.
 	shareD     int
@@ -187,7 +189,7 @@ func NewLeader(now time.Time, cfg LeaderConfig) (*Leader, error) {
 	for i, r := range cfg.Regions {
 		l.regIdx[r] = i
 		l.regs = append(l.regs, leaderRegion{name: r, pods: map[string]*podRec{}, current: map[string]Grant{},
-			window: map[string]Usage{}, wStart: now, dumpers: map[string]time.Time{}})
+			latest: map[string]podUsage{}, wStart: now, dumpers: map[string]time.Time{}})
 	}
 	return l, nil
 }
@@ -287,7 +289,7 @@ func (l *Leader) Report(now time.Time, r PodReport) (Answer, error) {
 		return Answer{}, fmt.Errorf("%w: %q already has %d", ErrTooManyPods, r.Region, l.cfg.MaxPodsPerRegion)
 	}
 	l.stats.Reports++
-	l.accumulate(reg, r)
+	l.accumulate(reg, r, now)
 	if r.Term != l.cfg.Term && len(r.Held) > 0 {
 		// Grants of an older term: their floors outlive the lease.
 		for _, e := range r.Held {
@@ -356,13 +358,18 @@ func (l *Leader) Report(now time.Time, r PodReport) (Answer, error) {
 	return ans, nil
 }
 
-// accumulate adds r's usage to its region's window.
-func (l *Leader) accumulate(reg *leaderRegion, r PodReport) {
-	if !reg.any {
-		reg.any = true
-	}
+// podUsage is one pod's last report, per second.
+type podUsage struct {
+	at    time.Time
+	rates map[string]Usage
+}
+
+// accumulate records r's usage as its pod's latest rates.
+func (l *Leader) accumulate(reg *leaderRegion, r PodReport, now time.Time) {
+	secs := r.Interval.Seconds()
+	rates := make(map[string]Usage, len(r.Usage))
 	for t, u := range r.Usage {
-		if _, ok := reg.window[t]; !ok && l.cfg.MaxTenants > 0 {
+		if l.cfg.MaxTenants > 0 {
 			if _, known := l.alloc.tIdx[t]; !known {
 				if _, ok := l.tracked[t]; !ok {
 					if len(l.alloc.tenants)+len(l.tracked) >= l.cfg.MaxTenants {
@@ -373,11 +380,28 @@ func (l *Leader) accumulate(reg *leaderRegion, r PodReport) {
 				}
 			}
 		}
-		acc := reg.window[t]
-		acc.Offered += u.Offered
-		acc.Admitted += u.Admitted
-		reg.window[t] = acc
+		rates[t] = Usage{Offered: u.Offered / secs, Admitted: u.Admitted / secs}
 	}
+	reg.latest[r.Pod] = podUsage{at: now, rates: rates}
+}
+
+// regionRates sums the latest rates of reg's pods that reported within
+// three rebalance intervals, forgetting the others.
+func (l *Leader) regionRates(reg *leaderRegion, now time.Time) map[string]Usage {
+	out := map[string]Usage{}
+	for id, pu := range reg.latest {
+		if now.Sub(pu.at) > 3*l.cfg.Interval {
+			delete(reg.latest, id)
+			continue
+		}
+		for t, u := range pu.rates {
+			acc := out[t]
+			acc.Offered += u.Offered
+			acc.Admitted += u.Admitted
+			out[t] = acc
+		}
+	}
+	return out
 }
 
 // leasedPods counts the pods of reg whose lease may be valid at now,
@@ -470,27 +494,33 @@ func (l *Leader) fold(now time.Time) {
 			}
 		}
 		l.alloc.SetLegacyOpen(reg.name, open)
-		if !reg.any {
+		if len(reg.latest) == 0 {
+			reg.wStart = now
 			continue
 		}
 		interval := now.Sub(reg.wStart)
 		if interval <= 0 {
 			interval = time.Millisecond
 		}
-		_, _ = l.alloc.Report(now, Report{Region: reg.name, Interval: interval, Usage: reg.window})
+		rates := l.regionRates(reg, now)
+		secs := interval.Seconds()
+		for t, u := range rates {
+			rates[t] = Usage{Offered: u.Offered * secs, Admitted: u.Admitted * secs}
+		}
+		_, _ = l.alloc.Report(now, Report{Region: reg.name, Interval: interval, Usage: rates})
 		if ack, ok := l.regionAck(reg, now); ok && !l.Learning(now) {
 			_, _ = l.alloc.Ack(reg.name, ack)
 		}
-		reg.window, reg.wStart, reg.any = map[string]Usage{}, now, false
+		reg.wStart = now
 	}
 	clear(l.tracked)
 }
 
-// Window returns the usage region accumulated since the last rebalance (for
-// the status page). Do not modify it.
-func (l *Leader) Window(region string) map[string]Usage {
+// Rates returns region's offered and admitted units per second, summed over
+// its pods' latest reports (for the status page).
+func (l *Leader) Rates(region string, now time.Time) map[string]Usage {
 	if i, ok := l.regIdx[region]; ok {
-		return l.regs[i].window
+		return l.regionRates(&l.regs[i], now)
 	}
 	return nil
 }

@@ -1,0 +1,383 @@
+package shares_test
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/allot-dev/allot/shares"
+)
+
+// rig drives one Leader and several Pods per region by hand: every report
+// is answered at once and the answer applied, unless the test says not.
+type rig struct {
+	t       *testing.T
+	now     time.Time
+	cfg     shares.LeaderConfig
+	l       *shares.Leader
+	pods    map[string]*shares.Pod
+	region  map[string]string
+	budgets map[string]shares.Budget
+	regions []string
+}
+
+func newRig(t *testing.T, term uint64, regions []string, budgets map[string]shares.Budget, pods ...string) *rig {
+	t.Helper()
+	r := &rig{t: t, now: time.Unix(1_800_000_000, 0), pods: map[string]*shares.Pod{}, region: map[string]string{},
+		budgets: budgets, regions: regions}
+	r.cfg = shares.LeaderConfig{Config: shares.DefaultConfig(regions...), Term: term, Learning: 12 * time.Second}
+	r.cfg.Interval, r.cfg.Lease = time.Second, 5*time.Second
+	r.newLeader(term)
+	for _, id := range pods {
+		r.addPod(id)
+	}
+	return r
+}
+
+func (r *rig) newLeader(term uint64) {
+	r.t.Helper()
+	r.cfg.Term = term
+	l, err := shares.NewLeader(r.now, r.cfg)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	l.SetDefault(&shares.Budget{Rate: 30, Burst: 6})
+	r.l = l
+}
+
+// addPod adds a pod named region/name.
+func (r *rig) addPod(id string) {
+	reg, _, _ := strings.Cut(id, "/")
+	r.pods[id] = shares.NewPod(reg, 50*time.Millisecond)
+	r.region[id] = reg
+}
+
+func (r *rig) own(id string) func(string) shares.Ceiling {
+	return func(t string) shares.Ceiling {
+		fr, fb := shares.Floor(r.budgets[t], r.regions, r.region[id])
+		return shares.Ceiling{Rate: fr, Burst: fb}
+	}
+}
+
+// report sends pod id's report, offering offered units/s of tenant t over
+// the last second; with apply the answer reaches the pod.
+func (r *rig) report(id, tenant string, offered float64, apply bool) shares.Answer {
+	r.t.Helper()
+	p := r.pods[id]
+	term, applied := p.State()
+	a, err := r.l.Report(r.now, shares.PodReport{Region: r.region[id], Pod: id, Term: term, Applied: applied,
+		Interval: time.Second, Usage: map[string]shares.Usage{tenant: {Offered: offered, Admitted: offered}}, Held: p.Held()})
+	if err != nil {
+		r.t.Fatalf("report of %s: %v", id, err)
+	}
+	if apply {
+		p.Answered(r.now, a, r.own(id))
+	}
+	return a
+}
+
+func (r *rig) rebalance() []shares.Change {
+	ch := r.l.Rebalance(r.now, r.budgets)
+	if r.l.Growable() {
+		ch = append(ch, r.l.Grow(r.now)...)
+	}
+	return ch
+}
+
+// sum is Σ over regions of the largest rate any pod of the region enforces
+// for tenant.
+func (r *rig) sum(tenant string) float64 {
+	byRegion := map[string]float64{}
+	for id, p := range r.pods {
+		rate, _, _ := p.Effective(r.now, tenant, r.own(id)(tenant))
+		byRegion[r.region[id]] = max(byRegion[r.region[id]], rate)
+	}
+	var s float64
+	for _, v := range byRegion {
+		s += v
+	}
+	return s
+}
+
+func (r *rig) safe(tenant string, R float64, when string) {
+	r.t.Helper()
+	if s := r.sum(tenant); s > R*(1+1e-9) {
+		r.t.Fatalf("%s: Σ enforced %.2f/s > R %.0f/s (%s)", when, s, R, r.describe(tenant))
+	}
+}
+
+func (r *rig) describe(tenant string) string {
+	var b strings.Builder
+	for id, p := range r.pods {
+		rate, burst, leased := p.Effective(r.now, tenant, r.own(id)(tenant))
+		fmt.Fprintf(&b, "%s %.1f/%d leased=%v; ", id, rate, burst, leased)
+	}
+	return b.String()
+}
+
+func (r *rig) step(d time.Duration) { r.now = r.now.Add(d) }
+
+// ids returns the pods in a fixed order.
+func (r *rig) ids() []string {
+	out := make([]string, 0, len(r.pods))
+	for id := range r.pods {
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// learn steps past the learning period, every pod reporting each second.
+func (r *rig) learn(tenant string, demand map[string]float64) {
+	for r.l.Learning(r.now) {
+		for _, id := range r.ids() {
+			r.report(id, tenant, demand[r.region[id]], true)
+		}
+		r.rebalance()
+		r.step(time.Second)
+	}
+}
+
+func (r *rig) converge(tenant string, demand map[string]float64, rounds int, R float64) {
+	for range rounds {
+		for _, id := range r.ids() {
+			r.report(id, tenant, demand[r.region[id]], true)
+		}
+		r.rebalance()
+		for _, id := range r.ids() {
+			r.report(id, tenant, demand[r.region[id]], true)
+		}
+		r.safe(tenant, R, "converging")
+		r.step(time.Second)
+	}
+}
+
+func (r *rig) grant(id, tenant string) shares.Grant {
+	g, _ := r.pods[id].Grant(tenant)
+	return g
+}
+
+// Shrink before grow counts every pod: while one pod of a region has not
+// applied the region's shrink (and its lease is valid), no other region
+// grows into it, however early its peer acknowledged.
+func TestLeaderWaitsForEveryPod(t *testing.T) {
+	b := map[string]shares.Budget{"t": {Rate: 300, Burst: 60}}
+	r := newRig(t, 1, []string{"a", "b"}, b, "a/1", "a/2", "b/1", "b/2")
+	r.learn("t", map[string]float64{"a": 400, "b": 20})
+	r.converge("t", map[string]float64{"a": 400, "b": 20}, 10, 300)
+	big := r.grant("a/2", "t").Rate
+	if big < 200 {
+		t.Fatalf("a holds %.1f/s after converging on its demand, want most of R", big)
+	}
+	// Demand moves to b. a/1 applies every answer; a/2's answers are lost.
+	shift := map[string]float64{"a": 20, "b": 400}
+	for range 4 {
+		r.report("a/1", "t", 20, true)
+		r.report("a/2", "t", 20, false)
+		r.report("b/1", "t", 400, true)
+		r.report("b/2", "t", 400, true)
+		r.rebalance()
+		r.report("a/1", "t", 20, true)
+		r.report("b/1", "t", 400, true)
+		r.report("b/2", "t", 400, true)
+		r.safe("t", 300, "a/2 still holds its old grant")
+		r.step(time.Second)
+	}
+	if g := r.grant("a/2", "t").Rate; g != big {
+		t.Fatalf("a/2 holds %.1f/s, want its old %.1f/s (its answers were lost)", g, big)
+	}
+	if gb := r.grant("b/1", "t").Rate; gb > 300-big+1e-6 {
+		t.Fatalf("b grew to %.1f/s while a/2 may enforce %.1f/s", gb, big)
+	}
+	// a/2 applies the shrink: b grows.
+	r.converge("t", shift, 6, 300)
+	if gb := r.grant("b/1", "t").Rate; gb < 200 {
+		t.Fatalf("b holds %.1f/s once every pod of a applied the shrink, want most of R", gb)
+	}
+}
+
+// A new leader grants nothing for its learning period: an older term's pod
+// that reports first (holding a shrunk grant) does not speak for a peer that
+// may still enforce the old, larger one.
+func TestNewLeaderLearnsBeforeGranting(t *testing.T) {
+	b := map[string]shares.Budget{"t": {Rate: 300, Burst: 60}}
+	r := newRig(t, 1, []string{"a", "b"}, b, "a/1", "a/2", "b/1", "b/2")
+	r.learn("t", map[string]float64{"a": 400, "b": 20})
+	r.converge("t", map[string]float64{"a": 400, "b": 20}, 10, 300)
+	// The old leader shrinks a; only a/1 applies it; then it is gone.
+	r.report("a/1", "t", 20, true)
+	r.report("a/2", "t", 20, false)
+	r.report("b/1", "t", 400, true)
+	r.rebalance()
+	r.report("a/1", "t", 20, true)
+
+	r.newLeader(2)
+	start := r.now
+	for r.now.Sub(start) < 12*time.Second {
+		// a/1 reports first every time.
+		for _, id := range []string{"a/1", "b/1", "b/2", "a/2"} {
+			a := r.report(id, "t", map[string]float64{"a": 20, "b": 400}[r.region[id]], true)
+			if !a.Learning || a.Lease != 0 || len(a.Entries) != 0 {
+				t.Fatalf("at +%v the learning leader answered %+v", r.now.Sub(start), a)
+			}
+		}
+		if ch := r.rebalance(); len(ch) != 0 {
+			t.Fatalf("learning leader granted %+v", ch)
+		}
+		r.safe("t", 300, "learning")
+		r.step(time.Second)
+	}
+	r.converge("t", map[string]float64{"a": 20, "b": 400}, 8, 300)
+	if gb := r.grant("b/2", "t").Rate; gb < 200 {
+		t.Fatalf("after learning b holds %.1f/s, want most of R", gb)
+	}
+	if term, _ := r.pods["a/2"].State(); term != 2 {
+		t.Fatalf("a/2 holds grants of term %d, want 2", term)
+	}
+}
+
+// Impossible and invalid reports are errors and change nothing.
+func TestImpossibleReports(t *testing.T) {
+	b := map[string]shares.Budget{"t": {Rate: 300, Burst: 60}}
+	setup := func() *rig {
+		r := newRig(t, 7, []string{"a", "b"}, b, "a/1", "a/2", "b/1")
+		r.cfg.ValidTenant = func(s string) error {
+			if strings.Contains(s, "..") || strings.Contains(s, "/") {
+				return errors.New("invalid tenant name")
+			}
+			return nil
+		}
+		r.newLeader(7)
+		r.learn("t", map[string]float64{"a": 200, "b": 50})
+		r.converge("t", map[string]float64{"a": 200, "b": 50}, 3, 300)
+		return r
+	}
+	forged, twin := setup(), setup()
+	epoch := forged.l.Epoch("a")
+	cases := []struct {
+		name string
+		rep  shares.PodReport
+		want error
+	}{
+		{"term above the leader's", shares.PodReport{Region: "a", Pod: "a/1", Term: 8, Applied: 1, Interval: time.Second}, shares.ErrForgedReport},
+		{"epoch never issued", shares.PodReport{Region: "a", Pod: "a/1", Term: 7, Applied: epoch + 1, Interval: time.Second}, shares.ErrForgedReport},
+		{"epoch 2^64-1", shares.PodReport{Region: "a", Pod: "a/2", Term: 7, Applied: math.MaxUint64, Interval: time.Second}, shares.ErrForgedReport},
+		{"unknown region", shares.PodReport{Region: "mars", Pod: "m", Interval: time.Second}, shares.ErrUnknownRegion},
+		{"path in tenant", shares.PodReport{Region: "a", Pod: "a/9", Interval: time.Second, Usage: map[string]shares.Usage{"../../x": {Offered: 1, Admitted: 1}}}, shares.ErrInvalidReport},
+		{"admitted above offered", shares.PodReport{Region: "a", Pod: "a/9", Interval: time.Second, Usage: map[string]shares.Usage{"t": {Offered: 1, Admitted: 1e9}}}, shares.ErrInvalidReport},
+		{"negative offered", shares.PodReport{Region: "a", Pod: "a/9", Interval: time.Second, Usage: map[string]shares.Usage{"t": {Offered: -5}}}, shares.ErrInvalidReport},
+		{"NaN", shares.PodReport{Region: "a", Pod: "a/9", Interval: time.Second, Usage: map[string]shares.Usage{"t": {Offered: math.NaN()}}}, shares.ErrInvalidReport},
+		{"no interval", shares.PodReport{Region: "a", Pod: "a/9"}, shares.ErrInvalidReport},
+		{"no pod", shares.PodReport{Region: "a", Interval: time.Second}, shares.ErrInvalidReport},
+	}
+	for _, c := range cases {
+		if _, err := forged.l.Report(forged.now, c.rep); !errors.Is(err, c.want) {
+			t.Errorf("%s: Report = %v, want %v", c.name, err, c.want)
+		}
+	}
+	// The forged reports changed nothing: the leader answers and rebalances
+	// exactly as its twin that never saw them.
+	for _, r := range []*rig{forged, twin} {
+		r.step(time.Second)
+		r.converge("t", map[string]float64{"a": 50, "b": 200}, 4, 300)
+	}
+	for _, id := range forged.ids() {
+		if g, w := forged.grant(id, "t"), twin.grant(id, "t"); g != w {
+			t.Errorf("%s: grant %+v after forged reports, %+v without", id, g, w)
+		}
+	}
+	if p, w := forged.l.Pods("a", forged.now), twin.l.Pods("a", twin.now); len(p) != len(w) {
+		t.Errorf("forged reports left %d pods in a, want %d", len(p), len(w))
+	}
+}
+
+// A pod that joins gets no fail-open share until every other leased pod of
+// its region has taken the smaller one.
+func TestFailOpenShareWaitsForPeers(t *testing.T) {
+	b := map[string]shares.Budget{"t": {Rate: 300, Burst: 60}}
+	r := newRig(t, 1, []string{"a", "b"}, b, "a/1", "a/2", "b/1")
+	r.learn("t", map[string]float64{"a": 100, "b": 100})
+	r.converge("t", map[string]float64{"a": 100, "b": 100}, 2, 300)
+	if d := r.pods["a/1"].FailOpenShare(r.now); d != 2 {
+		t.Fatalf("a/1's share 1/%d, want 1/2", d)
+	}
+	r.addPod("a/3")
+	if a := r.report("a/3", "t", 10, true); a.SharePods != 0 {
+		t.Fatalf("a joining pod got 1/%d while its peers may hold 1/2", a.SharePods)
+	}
+	shareSum := func() float64 {
+		var s float64
+		for _, id := range []string{"a/1", "a/2", "a/3"} {
+			if d := r.pods[id].FailOpenShare(r.now); d > 0 {
+				s += 1 / float64(d)
+			}
+		}
+		return s
+	}
+	r.report("a/1", "t", 10, true)
+	if s := shareSum(); s > 1+1e-9 {
+		t.Fatalf("Σ shares %.3f > 1 after one peer took 1/3", s)
+	}
+	r.report("a/2", "t", 10, true)
+	if a := r.report("a/3", "t", 10, true); a.SharePods != 0 {
+		t.Fatalf("the new pod got 1/%d before its peers acknowledged taking 1/3", a.SharePods)
+	}
+	// Their next reports acknowledge the answers that carried 1/3.
+	r.report("a/1", "t", 10, true)
+	r.report("a/2", "t", 10, true)
+	if a := r.report("a/3", "t", 10, true); a.SharePods != 3 {
+		t.Fatalf("after both peers took 1/3 the new pod gets 1/%d, want 1/3", a.SharePods)
+	}
+	if s := shareSum(); s > 1+1e-9 {
+		t.Fatalf("Σ shares %.3f > 1", s)
+	}
+	// Without a lease, no share at all.
+	r.step(10 * time.Second)
+	if d := r.pods["a/1"].FailOpenShare(r.now); d != 0 {
+		t.Fatalf("a pod whose lease lapsed holds a share 1/%d", d)
+	}
+}
+
+// Budget and policy changes are transitions the leader runs: a pod never
+// raises what it enforces on its own reading, so pinned → rebalanced and a
+// larger floor fraction keep Σ ≤ R with two pods per region.
+func TestBudgetTransitions(t *testing.T) {
+	point6 := 0.6
+	cases := []struct {
+		name     string
+		from, to shares.Budget
+	}{
+		{"pinned to rebalanced", shares.Budget{Rate: 300, Burst: 60, Mode: shares.ModePinned, Home: "a"}, shares.Budget{Rate: 300, Burst: 60}},
+		{"rebalanced to pinned elsewhere", shares.Budget{Rate: 300, Burst: 60}, shares.Budget{Rate: 300, Burst: 60, Mode: shares.ModePinned, Home: "c"}},
+		{"floor 0.1 to 0.6", shares.Budget{Rate: 300, Burst: 60}, shares.Budget{Rate: 300, Burst: 60, Floor: &point6}},
+		{"budget lowered", shares.Budget{Rate: 300, Burst: 60}, shares.Budget{Rate: 100, Burst: 20}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b := map[string]shares.Budget{"t": c.from}
+			r := newRig(t, 1, []string{"a", "b", "c"}, b, "a/1", "a/2", "b/1", "b/2", "c/1", "c/2")
+			demand := map[string]float64{"a": 250, "b": 100, "c": 5}
+			r.learn("t", demand)
+			r.converge("t", demand, 8, c.from.Rate)
+			// The pods read the new budget at once (their own reading);
+			// the leader only at the next rebalance, and one pod per
+			// region misses two answers.
+			r.budgets["t"] = c.to
+			bound := max(c.from.Rate, c.to.Rate)
+			for i := range 12 {
+				for _, id := range r.ids() {
+					r.report(id, "t", demand[r.region[id]], !strings.HasSuffix(id, "/2") || i > 1)
+				}
+				r.safe("t", bound, fmt.Sprintf("round %d after the change", i))
+				r.rebalance()
+				r.safe("t", bound, fmt.Sprintf("round %d after the rebalance", i))
+				r.step(time.Second)
+			}
+			r.safe("t", c.to.Rate, "after the transition")
+		})
+	}
+}
