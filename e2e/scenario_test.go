@@ -244,12 +244,11 @@ func (m *run) compare(t *testing.T) {
 		Traffic:     map[string]sim.Traffic{},
 		// Each pod reports at its own phase of P and the leader
 		// rebalances at its own: a report waits up to P for the
-		// rebalance that uses it. Renewals and etcd watches take
+		// rebalance that uses it. Answers (renewals and grants) take
 		// milliseconds on one machine.
 		Network: sim.Network{
 			Report:  sim.Jitter{Min: time.Millisecond, Max: m.topo.Interval},
 			Renewal: sim.Jitter{Min: time.Millisecond, Max: 10 * time.Millisecond},
-			Grant:   sim.Jitter{Min: time.Millisecond, Max: 50 * time.Millisecond},
 		},
 		Partitions: sc.partitions,
 		Failovers:  sc.failovers,

@@ -26,16 +26,19 @@ type simOptions struct {
 
 func simLong() string {
 	var b strings.Builder
-	b.WriteString(`Run the deterministic multi-region simulator: three regions each enforce
-their share of one tenant's budget with the GCRA twin, a coordinator collects
-their reports and rebalances the shares (the real shares engine), messages are
-delayed and lost, and faults strike. Every scenario runs in each of its modes
-(rebalanced, static, full; pinned for the pinned scenario) on the same traffic,
-and is compared with one central limiter over the merged arrivals.
+	b.WriteString(`Run the deterministic multi-region simulator: three regions of two pods
+each enforce their share of one tenant's budget with the GCRA twin (both pods
+of a region on the region's one key), the coordinator's leader answers each
+pod's report with a lease and the region's changed grants (protocol v2: the
+real shares.Leader and shares.Pod), messages are delayed and lost, and faults
+strike (a failover starts a new term that learns before it grants). Every
+scenario runs in each of its modes (rebalanced, static, full; pinned for the
+pinned scenario) on the same traffic, and is compared with one central
+limiter over the merged arrivals.
 
 The same seed gives the same numbers. Reference setup: R = 1000/s, B = 200,
-P = 2s rebalance and report interval, L = 10s lease, report, renewal and
-grant delays uniform up to one interval.
+P = 2s rebalance and report interval, L = 10s lease, report and answer
+delays uniform up to one interval.
 
 Scenarios:
 `)

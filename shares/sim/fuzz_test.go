@@ -7,9 +7,10 @@ import (
 	"github.com/allot-dev/allot/shares"
 )
 
-// FuzzBudgetSafe runs the real engine on random demand (levels, a shift,
-// on/off), random message delays and losses, and a random partition and
-// failover, and checks I4 at every instant and the B + R·W envelope.
+// FuzzBudgetSafe runs the real protocol (Leader and two Pods per region) on
+// random demand (levels, a shift, on/off), random message delays and losses,
+// and a random partition and failover (a new term), and checks I4 at every
+// instant and the B + R·W envelope.
 func FuzzBudgetSafe(f *testing.F) {
 	f.Add(uint64(1), uint16(700), uint16(200), uint16(100), uint16(2000), uint8(10), uint8(0), uint8(0))
 	f.Add(uint64(2), uint16(1500), uint16(0), uint16(900), uint16(500), uint8(40), uint8(3), uint8(1))
@@ -26,7 +27,7 @@ func FuzzBudgetSafe(f *testing.F) {
 		}
 		d := time.Duration(delayMs%4000) * time.Millisecond
 		s.Network = Network{
-			Report: Jitter{Max: d}, Renewal: Jitter{Max: d}, Grant: Jitter{Max: d},
+			Report: Jitter{Max: d}, Renewal: Jitter{Max: d},
 			LossReports: float64(lossPct%60) / 100,
 		}
 		if fault&1 != 0 {

@@ -36,12 +36,15 @@ type Sample struct {
 // RegionSample is one region's second.
 type RegionSample struct {
 	Offered, Admitted float64
-	// Grant and Burst are what the region enforces at At; Leased is false
-	// when it enforces its floor because its lease lapsed or it has no
-	// grant.
-	Grant  float64
-	Burst  int64
-	Leased bool
+	// Grant and Burst are the largest rate and burst any pod of the region
+	// enforces at At (what the region's Redis path may enforce). Leased is
+	// true when every pod of the region enforces a leased grant, LeasedPods
+	// counts those that do; the others enforce their floor (lease lapsed)
+	// or nothing (never synced).
+	Grant      float64
+	Burst      int64
+	Leased     bool
+	LeasedPods int
 	// Share is the ideal share of the second: Offered·min(1, R/D), with D
 	// the world's offered units (R·d_i/D under overload).
 	Share float64

@@ -52,8 +52,18 @@ type Row struct {
 	// RegionErrorPct is the mean |admitted_i − R·d_i/D| in % of R.
 	RegionErrorPct float64 `json:"region_error_pct"`
 
-	// Writes is the grant changes written per run; WritesPerMin per
-	// simulated minute.
+	// GrantChanges is the grant changes the leaders made per run;
+	// GrantChangesPerMin per simulated minute. They travel to pods in
+	// report answers (nothing is written to etcd).
+	GrantChanges       float64 `json:"grant_changes"`
+	GrantChangesPerMin float64 `json:"grant_changes_per_min"`
+	// EntriesSent is the grants the answers carried per run (each change
+	// once per pod of its region, all of them in a full sync).
+	EntriesSent float64 `json:"entries_sent"`
+	// Writes and WritesPerMin repeat GrantChanges and GrantChangesPerMin
+	// under their protocol v1 names (when every change was an etcd write).
+	//
+	// Deprecated: use GrantChanges and GrantChangesPerMin.
 	Writes       float64 `json:"writes"`
 	WritesPerMin float64 `json:"writes_per_min"`
 
@@ -76,8 +86,11 @@ type Worst struct {
 	PeakExcessPct    float64  `json:"peak_excess_pct"`
 	ConvergenceS     *float64 `json:"convergence_s"`
 	RegionErrorPct   float64  `json:"region_error_pct"`
-	WritesPerMin     float64  `json:"writes_per_min"`
-	DenyPct          float64  `json:"deny_pct"`
+	// GrantChangesPerMin; WritesPerMin repeats it under its v1 name.
+	GrantChangesPerMin float64 `json:"grant_changes_per_min"`
+	// Deprecated: use GrantChangesPerMin.
+	WritesPerMin float64 `json:"writes_per_min"`
+	DenyPct      float64 `json:"deny_pct"`
 }
 
 // Summarise folds the runs of one (scenario, mode), one per seed, into a
@@ -104,8 +117,9 @@ func Summarise(runs []*Result) Row {
 		row.OverAdmissionPct += r.OverAdmissionPct() / n
 		row.PeakExcessPct += r.PeakExcessPct() / n
 		row.RegionErrorPct += 100 * r.RegionError / n
-		row.Writes += float64(r.Writes) / n
-		row.WritesPerMin += r.WritesPerMinute() / n
+		row.GrantChanges += float64(r.GrantChanges) / n
+		row.GrantChangesPerMin += r.GrantChangesPerMinute() / n
+		row.EntriesSent += float64(r.EntriesSent) / n
 		row.PeakRateSum = math.Max(row.PeakRateSum, r.PeakRateSum)
 		row.PeakBurstSum = max(row.PeakBurstSum, r.PeakBurstSum)
 		row.LostReports += float64(r.LostReports) / n
@@ -115,7 +129,7 @@ func Summarise(runs []*Result) Row {
 		w.OverAdmissionPct = math.Max(w.OverAdmissionPct, r.OverAdmissionPct())
 		w.PeakExcessPct = math.Max(w.PeakExcessPct, r.PeakExcessPct())
 		w.RegionErrorPct = math.Max(w.RegionErrorPct, 100*r.RegionError)
-		w.WritesPerMin = math.Max(w.WritesPerMin, r.WritesPerMinute())
+		w.GrantChangesPerMin = math.Max(w.GrantChangesPerMin, r.GrantChangesPerMinute())
 		w.DenyPct = math.Max(w.DenyPct, deny)
 		if r.ConvergenceWorst < 0 {
 			never = true
@@ -127,6 +141,7 @@ func Summarise(runs []*Result) Row {
 			}
 		}
 	}
+	row.Writes, row.WritesPerMin, w.WritesPerMin = row.GrantChanges, row.GrantChangesPerMin, w.GrantChangesPerMin
 	if never {
 		w.ConvergenceS = nil
 	} else {
@@ -181,7 +196,7 @@ func cells(r Row) []string {
 		both(fmt.Sprintf("%.1f%%", r.PeakExcessPct), fmt.Sprintf("%.1f%%", r.Worst.PeakExcessPct)),
 		both(fmtConv(r.ConvergenceS), fmtConv(r.Worst.ConvergenceS)),
 		both(fmt.Sprintf("%.1f%%", r.RegionErrorPct), fmt.Sprintf("%.1f%%", r.Worst.RegionErrorPct)),
-		both(fmt.Sprintf("%.1f", r.WritesPerMin), fmt.Sprintf("%.1f", r.Worst.WritesPerMin)),
+		both(fmt.Sprintf("%.1f", r.GrantChangesPerMin), fmt.Sprintf("%.1f", r.Worst.GrantChangesPerMin)),
 		fmt.Sprintf("%.2f%%", r.DenyPct),
 		fmt.Sprintf("%.2fR", r.PeakRateSum/r.Rate),
 	}
@@ -189,7 +204,7 @@ func cells(r Row) []string {
 
 var headers = []string{
 	"SCENARIO", "MODE", "OFFERED", "ADMITTED", "IDEAL", "UTIL", "OVER-ADM", "OVER/R·t",
-	"PEAK/R·W", "CONV", "REGION-ERR", "WRITES/MIN", "DENIED", "MAX ΣGRANT",
+	"PEAK/R·W", "CONV", "REGION-ERR", "CHANGES/MIN", "DENIED", "MAX ΣGRANT",
 }
 
 // WriteTable writes rows as aligned columns for people.
@@ -219,10 +234,11 @@ of R·W of its window; CONV = worst time after a demand shift or fault until
 the world's and every region's admitted rate (3-s centred mean) stay within
 5% of R of the ideal split d_i·min(1, R/D) for 5 s (from the start when the
 scenario has no event; "never" if not within the period); REGION-ERR = mean
-|admitted_i − ideal_i| over regions and steady seconds, in % of R; WRITES/MIN
-= grant changes written per simulated minute; DENIED = denied / offered;
-MAX ΣGRANT = the largest sum over regions of the enforced rates at one
-instant (I4 wants ≤ 1.00R).`
+|admitted_i − ideal_i| over regions and steady seconds, in % of R;
+CHANGES/MIN = grant changes the leader made per simulated minute (they reach
+pods in the answers to their reports; nothing is written to etcd); DENIED =
+denied / offered; MAX ΣGRANT = the largest sum over regions of the largest
+rate any pod of the region enforced, at one instant (I4 wants ≤ 1.00R).`
 
 // WriteMarkdown writes rows as a markdown table with a short preamble.
 func WriteMarkdown(w io.Writer, rows []Row, preamble string) error {
@@ -249,6 +265,6 @@ func WriteMarkdown(w io.Writer, rows []Row, preamble string) error {
 
 // Describe returns a one-line summary of the reference setup of s.
 func Describe(s *Spec) string {
-	return fmt.Sprintf("R = %g/s, B = %d, %d regions, P = %v, L = %v, %v simulated (warm-up %v)",
-		s.Budget.Rate, s.Budget.Burst, len(s.Regions), s.Interval, s.Lease, s.Duration.Round(time.Second), s.Warmup)
+	return fmt.Sprintf("R = %g/s, B = %d, %d regions × %d pods, P = %v, L = %v, %v simulated (warm-up %v)",
+		s.Budget.Rate, s.Budget.Burst, len(s.Regions), s.pods(), s.Interval, s.Lease, s.Duration.Round(time.Second), s.Warmup)
 }

@@ -21,7 +21,7 @@ func fakeResult(seed uint64, admitted, ideal int64, excess float64, conv time.Du
 		Convergence:      []time.Duration{conv},
 		ConvergenceWorst: conv,
 		RegionError:      0.01,
-		Writes:           30,
+		GrantChanges:     30,
 		PeakRateSum:      1000,
 		PeakBurstSum:     200,
 	}
@@ -29,7 +29,7 @@ func fakeResult(seed uint64, admitted, ideal int64, excess float64, conv time.Du
 
 func TestSummarise(t *testing.T) {
 	one := Summarise([]*Result{fakeResult(1, 900, 1000, 0, 4*time.Second)})
-	if one.Utilisation != 0.9 || one.Worst.Utilisation != 0.9 || *one.ConvergenceS != 4 || one.WritesPerMin != 18 || one.DenyPct != 55 {
+	if one.Utilisation != 0.9 || one.Worst.Utilisation != 0.9 || *one.ConvergenceS != 4 || one.GrantChangesPerMin != 18 || one.WritesPerMin != 18 || one.DenyPct != 55 {
 		t.Errorf("Summarise(one run) = %+v", one)
 	}
 	two := Summarise([]*Result{

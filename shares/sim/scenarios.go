@@ -27,9 +27,9 @@ const (
 
 var defaultModes = []shares.Mode{shares.ModeRebalanced, shares.ModeStatic, shares.ModeFull}
 
-// base is the reference setup: R = 1000/s, B = 200, three regions, P = 2 s,
-// L = 10 s, report, renewal and grant delays each uniform in [1 ms, P],
-// two minutes simulated with a ten-second warm-up.
+// base is the reference setup: R = 1000/s, B = 200, three regions of two
+// pods each, P = 2 s, L = 10 s, report and answer delays each uniform in
+// [1 ms, P], two minutes simulated with a ten-second warm-up.
 func base(name, desc string) *Spec {
 	return &Spec{
 		Name:        name,
@@ -45,7 +45,6 @@ func base(name, desc string) *Spec {
 		Network: Network{
 			Report:  Jitter{Min: time.Millisecond, Max: RefInterval},
 			Renewal: Jitter{Min: time.Millisecond, Max: RefInterval},
-			Grant:   Jitter{Min: time.Millisecond, Max: RefInterval},
 		},
 	}
 }
@@ -111,9 +110,9 @@ func flashCrowd() *Spec {
 }
 
 // partitionDuringShift: skew-shift with us-east (the region that must
-// shrink) cut off from the coordinator and etcd from 80 s to 110 s.
+// shrink) cut off from the coordinator from 80 s to 110 s.
 func partitionDuringShift() *Spec {
-	s := shiftBase("partition", "skew-shift with us-east cut off from coordinator and etcd from 80s to 110s (shift at 90s)", 1.5*RefRate)
+	s := shiftBase("partition", "skew-shift with us-east cut off from the coordinator from 80s to 110s (shift at 90s)", 1.5*RefRate)
 	s.Partitions = []Partition{{Region: USEast, From: 80 * time.Second, To: 110 * time.Second}}
 	// The ideal split cannot be reached while us-east is cut off, so
 	// convergence is measured from the heal.
@@ -121,12 +120,12 @@ func partitionDuringShift() *Spec {
 	return s
 }
 
-// leaderFailover: skew-shift with the leader lost at 88 s and a new one
-// restored from the persisted grants at 91 s (an election session TTL of
-// a few seconds).
+// leaderFailover: skew-shift with the leader lost at 88 s and a new term
+// starting at 91 s (an election session TTL of 3 s), which learns for
+// L + TTL = 13 s before it renews or grants anything.
 func leaderFailover() *Spec {
-	s := shiftBase("failover", "skew-shift with the leader killed at 88s; a new leader restores from etcd at 91s (shift at 90s)", 1.5*RefRate)
-	s.Failovers = []Failover{{At: 88 * time.Second, Gap: 3 * time.Second}}
+	s := shiftBase("failover", "skew-shift with the leader killed at 88s; a new term starts at 91s and learns for L + TTL = 13s (shift at 90s)", 1.5*RefRate)
+	s.Failovers = []Failover{{At: 88 * time.Second, Gap: 3 * time.Second, SessionTTL: 3 * time.Second}}
 	return s
 }
 
@@ -190,9 +189,9 @@ func diurnalDay() *Spec {
 	return s
 }
 
-// noise: long stationary overload, to count writes that noise causes.
+// noise: long stationary overload, to count the grant changes noise causes.
 func noise() *Spec {
-	s := base("noise", "1.2R steady Poisson noise 50/30/20% for 5 minutes: grant writes should stay near zero")
+	s := base("noise", "1.2R steady Poisson noise 50/30/20% for 5 minutes: grant changes should stay near zero")
 	s.Duration = 300 * time.Second
 	s.Traffic = map[string]Traffic{
 		USEast:  poisson(Constant(600)),

@@ -15,6 +15,9 @@ import (
 // Tenant is the one tenant every scenario simulates.
 const Tenant = "t42"
 
+// DefaultPods is the number of pods per region when Spec.Pods is 0.
+const DefaultPods = 2
+
 // sampleEvery is the period of the recorded time series.
 const sampleEvery = time.Second
 
@@ -52,18 +55,31 @@ type Result struct {
 	// steady seconds, as a fraction of R.
 	RegionError float64
 
-	// Writes counts the grant changes the leaders returned (etcd writes).
-	Writes int
+	// GrantChanges counts the grant changes the leaders made (Rebalance and
+	// Grow). Nothing is written to etcd: each change reaches the pods of its
+	// region in the answers to their next reports.
+	GrantChanges int
+	// EntriesSent counts the grants the leaders' answers carried (each
+	// change once per pod, more when a pod needs a full sync); FullSyncs the
+	// answers that carried all of a region's grants.
+	EntriesSent, FullSyncs int64
+	// Terms counts the leadership terms (1 plus the failovers that took
+	// place); LearningAnswers the answers a leader gave while learning
+	// (no lease, no grants).
+	Terms           int
+	LearningAnswers int64
 	// PeakRateSum and PeakBurstSum are the largest sums over regions of
-	// what they enforced at one instant (I4 wants ≤ R and ≤ B).
+	// the largest rate (and burst) any pod of the region enforced, at one
+	// instant (I4 wants ≤ R and ≤ B).
 	PeakRateSum  float64
 	PeakBurstSum int64
 	// PeakRateAt and PeakBurstAt are the first instants the peaks were
 	// reached.
 	PeakRateAt  time.Duration
 	PeakBurstAt time.Duration
-	// FloorSeconds counts the region-seconds after the warm-up at whose
-	// end a region enforced its floor (no grant, or its lease lapsed).
+	// FloorSeconds counts the pod-seconds after the warm-up at whose end a
+	// pod enforced no leased grant (its floor after its lease lapsed, or
+	// nothing before it first synced).
 	FloorSeconds int
 	// LostReports counts reports lost (loss, partition, no leader).
 	LostReports int
@@ -71,8 +87,10 @@ type Result struct {
 	Series []Sample
 }
 
-// WritesPerMinute is Writes per simulated minute.
-func (r *Result) WritesPerMinute() float64 { return float64(r.Writes) / r.Duration.Minutes() }
+// GrantChangesPerMinute is GrantChanges per simulated minute.
+func (r *Result) GrantChangesPerMinute() float64 {
+	return float64(r.GrantChanges) / r.Duration.Minutes()
+}
 
 // OverAdmissionPct is the worst excess as a percentage of R·Duration.
 func (r *Result) OverAdmissionPct() float64 {
@@ -92,24 +110,23 @@ func (r *Result) PeakExcessPct() float64 {
 type kind uint8
 
 const (
-	kArrival    kind = iota // a fresh arrival at region
-	kRetry                  // a retry at region; n is the retry number
-	kReport                 // region sends its report
+	kArrival    kind = iota // a fresh arrival at region who
+	kRetry                  // a retry at region who; n is the retry number
+	kReport                 // pod who sends its periodic report
 	kReportRecv             // the leader receives report n
-	kRenewal                // region receives renewal n
+	kAnswer                 // pod who receives answer n
 	kRebalance              // the leader rebalances
-	kGrant                  // region receives change n
 	kLeaderDown             // the leader dies
-	kLeaderUp               // a new leader restores and takes over
+	kLeaderUp               // failover n's new leader starts its term
 	kSample                 // record a sample
 )
 
 type event struct {
-	at     int64 // µs since the start
-	seq    uint64
-	kind   kind
-	region int32
-	n      int32
+	at   int64 // µs since the start
+	seq  uint64
+	kind kind
+	who  int32 // region or pod index
+	n    int32
 }
 
 // queue is a binary min-heap of events ordered by (at, seq): same-instant
@@ -161,14 +178,14 @@ func (q *queue) pop() event {
 }
 
 type sentReport struct {
-	region int
+	pod    int
 	sentAt int64
-	rep    shares.Report
+	rep    shares.PodReport
 }
 
-type sentRenewal struct {
-	sentAt int64 // when the region sent the report this answers
-	rn     shares.Renewal
+type sentAnswer struct {
+	sentAt int64 // when the pod sent the report this answers
+	ans    shares.Answer
 }
 
 type enforced struct {
@@ -179,20 +196,32 @@ type enforced struct {
 	ok     bool // limit valid (rate > 0, burst ≥ 1)
 }
 
-type regionState struct {
-	name string
-	reg  *shares.Region
-	key  gcra.State
-	eff  enforced
-	gen  *generator
+// podState is one regional pod: its side of the protocol, what it enforces
+// and its counters since its last report.
+type podState struct {
+	id     string
+	region int
+	st     *shares.Pod
+	eff    enforced
 
-	// counters since the last report, and since the last sample
 	repStart             int64
 	repOffered, repAdmit float64
-	secOffered, secAdmit float64
+	lastExtra            int64 // when the last prompt report was sent (-1: never)
+}
 
-	lastGrant int64 // delivery instant of the last grant scheduled
-	lastExtra int64 // when the last prompt report was sent (-1: never)
+// regionState is one region: its one GCRA key (the region's Redis), which
+// every pod of the region decides against with the limit it enforces, its
+// traffic, and its pods.
+type regionState struct {
+	name string
+	key  gcra.State
+	gen  *generator
+	pods []int // indices into world.pods
+	// own is the tenant's floor by the pods' own reading of the budget.
+	own shares.Ceiling
+
+	// counters since the last sample
+	secOffered, secAdmit float64
 }
 
 type world struct {
@@ -206,17 +235,17 @@ type world struct {
 	q   queue
 	seq uint64
 
-	rngNet, rngRetry *rand.Rand
+	rngNet, rngRetry, rngLB *rand.Rand
 
 	regions []*regionState
-	byName  map[string]int
+	pods    []*podState
 
-	leader    *shares.Allocator
-	persisted map[string]shares.Change // by region: the latest written grant
+	leader *shares.Leader
+	term   uint64
+	stats  shares.LeaderStats // of the terms that ended
 
-	reports  []sentReport
-	renewals []sentRenewal
-	changes  []shares.Change
+	reports []sentReport
+	answers []sentAnswer
 
 	central    *central
 	admissions []int64
@@ -270,48 +299,87 @@ func newWorld(spec *Spec, mode shares.Mode, seed uint64) (*world, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("shares config: %w", err)
 	}
-	leader, err := shares.NewAllocator(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("new allocator: %w", err)
-	}
 	w := &world{
-		spec:      spec,
-		budget:    b,
-		cfg:       cfg,
-		off:       epoch.UnixMicro(),
-		end:       spec.Duration.Microseconds(),
-		warm:      spec.Warmup.Microseconds(),
-		rngNet:    rand.New(rand.NewPCG(seed, 0x6e6574)),
-		rngRetry:  rand.New(rand.NewPCG(seed, 0x7265747279)),
-		byName:    map[string]int{},
-		leader:    leader,
-		persisted: map[string]shares.Change{},
+		spec:     spec,
+		budget:   b,
+		cfg:      cfg,
+		off:      epoch.UnixMicro(),
+		end:      spec.Duration.Microseconds(),
+		warm:     spec.Warmup.Microseconds(),
+		rngNet:   rand.New(rand.NewPCG(seed, 0x6e6574)),
+		rngRetry: rand.New(rand.NewPCG(seed, 0x7265747279)),
+		rngLB:    rand.New(rand.NewPCG(seed, 0x6c62)),
 		res: &Result{
 			Scenario: spec.Name, Mode: mode, Seed: seed,
 			Regions: slices.Clone(spec.Regions), Rate: b.Rate, Burst: b.Burst,
 			Duration: spec.Duration, Warmup: spec.Warmup,
 		},
 	}
+	var err error
 	w.central, err = newCentral(b.Rate, b.Burst, w.off)
 	if err != nil {
 		return nil, fmt.Errorf("central limiter: %w", err)
 	}
+	pods := spec.pods()
 	for i, name := range spec.Regions {
-		rs := &regionState{name: name, reg: shares.NewRegion(name, cfg, spec.Drift), lastExtra: -1}
+		fr, fb := shares.Floor(b, cfg.Regions, name)
+		rs := &regionState{name: name, own: shares.Ceiling{Rate: fr, Burst: fb}}
 		if tr, ok := spec.Traffic[name]; ok {
 			rs.gen = newGenerator(tr, rand.New(rand.NewPCG(seed, uint64(i)+1)))
 		}
+		for k := range pods {
+			rs.pods = append(rs.pods, len(w.pods))
+			w.pods = append(w.pods, &podState{
+				id: fmt.Sprintf("%s-%d", name, k), region: i,
+				st: shares.NewPod(name, spec.Drift), lastExtra: -1,
+			})
+		}
 		w.regions = append(w.regions, rs)
-		w.byName[name] = i
+	}
+	// The first term started one learning period before the run: the
+	// scenarios measure a running system, not the cold start of its
+	// coordinator, and no older term's lease can be outstanding at zero.
+	if err := w.startTerm(-spec.Lease.Microseconds(), spec.Lease); err != nil {
+		return nil, err
 	}
 	return w, nil
 }
 
+// startTerm makes a new leader whose term starts at t and learns for
+// learning.
+func (w *world) startTerm(t int64, learning time.Duration) error {
+	if w.leader != nil {
+		w.endTerm()
+	}
+	w.term++
+	l, err := shares.NewLeader(w.at(t), shares.LeaderConfig{Config: w.cfg, Term: w.term, Learning: learning})
+	if err != nil {
+		return fmt.Errorf("leader term %d: %w", w.term, err)
+	}
+	w.leader = l
+	w.res.Terms++
+	w.tracef(t, "term %d starts, learning for %v", w.term, learning)
+	return nil
+}
+
+// endTerm discards the leader, keeping its counters.
+func (w *world) endTerm() {
+	if w.leader == nil {
+		return
+	}
+	s := w.leader.Stats()
+	w.stats.Reports += s.Reports
+	w.stats.Learning += s.Learning
+	w.stats.FullSyncs += s.FullSyncs
+	w.stats.EntriesSent += s.EntriesSent
+	w.leader = nil
+}
+
 func (w *world) at(t int64) time.Time { return time.UnixMicro(w.off + t) }
 
-func (w *world) schedule(at int64, k kind, region, n int) {
+func (w *world) schedule(at int64, k kind, who, n int) {
 	w.seq++
-	w.q.push(event{at: at, seq: w.seq, kind: k, region: int32(region), n: int32(n)})
+	w.q.push(event{at: at, seq: w.seq, kind: k, who: int32(who), n: int32(n)})
 }
 
 func (w *world) delay(j Jitter) int64 {
@@ -322,14 +390,14 @@ func (w *world) delay(j Jitter) int64 {
 	return lo + w.rngNet.Int64N(hi-lo+1)
 }
 
-func (w *world) partitioned(region int, t int64) (bool, int64) {
+func (w *world) partitioned(region int, t int64) bool {
 	name := w.regions[region].name
 	for _, p := range w.spec.Partitions {
 		if p.Region == name && t >= p.From.Microseconds() && t < p.To.Microseconds() {
-			return true, p.To.Microseconds()
+			return true
 		}
 	}
-	return false, 0
+	return false
 }
 
 func (w *world) run() error {
@@ -340,15 +408,15 @@ func (w *world) run() error {
 				w.schedule(t, kArrival, i, 0)
 			}
 		}
-		// Each region reports on its own phase within the interval.
-		first := w.rngNet.Int64N(p)
-		rs.repStart = 0
-		w.schedule(first, kReport, i, 0)
+	}
+	for k := range w.pods {
+		// Each pod reports on its own phase within the interval.
+		w.schedule(w.rngNet.Int64N(p), kReport, k, 0)
 	}
 	w.schedule(p, kRebalance, 0, 0)
-	for _, f := range w.spec.Failovers {
-		w.schedule(f.At.Microseconds(), kLeaderDown, 0, 0)
-		w.schedule((f.At + f.Gap).Microseconds(), kLeaderUp, 0, 0)
+	for n, f := range w.spec.Failovers {
+		w.schedule(f.At.Microseconds(), kLeaderDown, 0, n)
+		w.schedule((f.At + f.Gap).Microseconds(), kLeaderUp, 0, n)
 	}
 	w.schedule(sampleEvery.Microseconds(), kSample, 0, 0)
 	w.refreshAll(0)
@@ -361,7 +429,7 @@ func (w *world) run() error {
 		if e.at > w.end {
 			continue
 		}
-		i := int(e.region)
+		i := int(e.who)
 		switch e.kind {
 		case kArrival:
 			w.arrive(i, e.at, 0)
@@ -377,34 +445,19 @@ func (w *world) run() error {
 			if err := w.receiveReport(int(e.n), e.at); err != nil {
 				return err
 			}
-		case kRenewal:
-			if cut, _ := w.partitioned(i, e.at); !cut {
-				rn := w.renewals[e.n]
-				w.regions[i].reg.Renewed(w.at(rn.sentAt), rn.rn)
-				w.tracef(e.at, "%s renewed %+v (sent %dµs)", w.regions[i].name, rn.rn, rn.sentAt)
-				w.refreshAll(e.at)
-			}
+		case kAnswer:
+			w.answered(i, int(e.n), e.at)
 		case kRebalance:
 			w.rebalance(e.at)
 			w.schedule(e.at+p, kRebalance, 0, 0)
-		case kGrant:
-			c := w.changes[e.n]
-			old, had := w.regions[i].reg.Grant(c.Tenant)
-			w.regions[i].reg.Apply(c)
-			w.tracef(e.at, "%s applied %+v", w.regions[i].name, c)
-			w.refreshAll(e.at)
-			if had && (c.Grant.Rate < old.Rate || c.Grant.Burst < old.Burst) {
-				w.promptReport(i, e.at)
-			}
 		case kLeaderDown:
-			w.leader = nil
+			w.tracef(e.at, "leader of term %d dies", w.term)
+			w.endTerm()
 		case kLeaderUp:
-			a, err := shares.NewAllocator(w.cfg)
-			if err != nil {
-				return fmt.Errorf("new leader: %w", err)
+			f := w.spec.Failovers[e.n]
+			if err := w.startTerm(e.at, w.spec.Lease+f.sessionTTL()); err != nil {
+				return err
 			}
-			a.Restore(w.at(e.at), w.persistedChanges())
-			w.leader = a
 		case kSample:
 			w.sample(e.at)
 			if e.at < w.end {
@@ -415,39 +468,53 @@ func (w *world) run() error {
 	return nil
 }
 
-// enforce refreshes what region i enforces at t.
-func (w *world) enforce(i int, t int64) {
-	rs := w.regions[i]
-	rate, burst, leased := rs.reg.Effective(w.at(t), Tenant, w.budget)
-	if rate == rs.eff.rate && burst == rs.eff.burst {
-		rs.eff.leased = leased
+// enforce refreshes what pod k enforces at t.
+func (w *world) enforce(k int, t int64) {
+	ps := w.pods[k]
+	rate, burst, leased := ps.st.Effective(w.at(t), Tenant, w.regions[ps.region].own)
+	if rate == ps.eff.rate && burst == ps.eff.burst {
+		ps.eff.leased = leased
 		return
 	}
-	rs.eff = enforced{rate: rate, burst: burst, leased: leased}
+	ps.eff = enforced{rate: rate, burst: burst, leased: leased}
 	if rate > 0 && burst >= 1 {
 		if l, err := gcra.FromPerSecond(rate, burst); err == nil {
-			rs.eff.limit, rs.eff.ok = l, true
+			ps.eff.limit, ps.eff.ok = l, true
 		}
 	}
 }
 
-// refreshAll refreshes every region at t and checks I4.
+// refreshAll refreshes every pod at t and checks I4.
 func (w *world) refreshAll(t int64) {
-	for i := range w.regions {
-		w.enforce(i, t)
+	for k := range w.pods {
+		w.enforce(k, t)
 	}
 	w.checkI4(t, true)
 }
 
-// checkI4 records the sum over regions of what they enforce. The sum uses
-// each region's last refreshed value; when it exceeds the largest seen so
-// far every region is refreshed at t first, so the peak is exact.
+// regionMax returns the largest rate and burst any pod of rs enforces (by
+// its last refreshed value): what the region's Redis path may enforce.
+func (w *world) regionMax(rs *regionState) (float64, int64) {
+	var rate float64
+	var burst int64
+	for _, k := range rs.pods {
+		rate = max(rate, w.pods[k].eff.rate)
+		burst = max(burst, w.pods[k].eff.burst)
+	}
+	return rate, burst
+}
+
+// checkI4 records the sum over regions of the largest rate (and burst) any
+// pod of the region enforces. The sum uses each pod's last refreshed value;
+// when it exceeds the largest seen so far every pod is refreshed at t
+// first, so the peak is exact.
 func (w *world) checkI4(t int64, fresh bool) {
 	var rate float64
 	var burst int64
 	for _, rs := range w.regions {
-		rate += rs.eff.rate
-		burst += rs.eff.burst
+		r, b := w.regionMax(rs)
+		rate += r
+		burst += b
 	}
 	if rate <= w.res.PeakRateSum && burst <= w.res.PeakBurstSum {
 		return
@@ -458,8 +525,8 @@ func (w *world) checkI4(t int64, fresh bool) {
 	}
 	if rate > w.budget.Rate*(1+1e-9) || burst > w.budget.Burst {
 		var parts []string
-		for _, rs := range w.regions {
-			parts = append(parts, fmt.Sprintf("%s %.2f/%d leased=%v", rs.name, rs.eff.rate, rs.eff.burst, rs.eff.leased))
+		for _, ps := range w.pods {
+			parts = append(parts, fmt.Sprintf("%s %.2f/%d leased=%v", ps.id, ps.eff.rate, ps.eff.burst, ps.eff.leased))
 		}
 		w.tracef(t, "I4 exceeded: Σ rate %.3f, Σ burst %d: %s", rate, burst, strings.Join(parts, "; "))
 	}
@@ -473,10 +540,15 @@ func (w *world) checkI4(t int64, fresh bool) {
 	}
 }
 
+// arrive decides one unit arriving at region i at t: the region's load
+// balancer hands it to one of its pods, which decides it against the
+// region's key with the limit it enforces.
 func (w *world) arrive(i int, t int64, retry int) {
 	rs := w.regions[i]
+	k := rs.pods[w.rngLB.IntN(len(rs.pods))]
+	ps := w.pods[k]
 	inWin := t >= w.warm
-	rs.repOffered++
+	ps.repOffered++
 	rs.secOffered++
 	w.secOffered++
 	if w.central.admit(t) {
@@ -485,12 +557,12 @@ func (w *world) arrive(i int, t int64, retry int) {
 			w.res.Ideal++
 		}
 	}
-	w.enforce(i, t)
+	w.enforce(k, t)
 	w.checkI4(t, false)
 	allowed := false
 	var retryAfter time.Duration
-	if rs.eff.ok {
-		ns, r, _ := gcra.DecideMicros(rs.key, w.off+t, rs.eff.limit, 1)
+	if ps.eff.ok {
+		ns, r, _ := gcra.DecideMicros(rs.key, w.off+t, ps.eff.limit, 1)
 		rs.key = ns
 		allowed, retryAfter = r.Allowed, r.RetryAfter
 	}
@@ -501,7 +573,7 @@ func (w *world) arrive(i int, t int64, retry int) {
 		}
 	}
 	if allowed {
-		rs.repAdmit++
+		ps.repAdmit++
 		rs.secAdmit++
 		w.secAdmit++
 		w.admissions = append(w.admissions, t)
@@ -521,94 +593,101 @@ func (w *world) arrive(i int, t int64, retry int) {
 	}
 }
 
-func (w *world) sendReport(i int, t int64) {
-	rs := w.regions[i]
-	rep := shares.Report{
+func (w *world) sendReport(k int, t int64) {
+	ps := w.pods[k]
+	rs := w.regions[ps.region]
+	term, applied := ps.st.State()
+	rep := shares.PodReport{
 		Region:   rs.name,
-		Interval: time.Duration(t-rs.repStart) * time.Microsecond,
-		Applied:  rs.reg.Applied(),
-		Usage:    map[string]shares.Usage{Tenant: {Offered: rs.repOffered, Admitted: rs.repAdmit}},
+		Pod:      ps.id,
+		Term:     term,
+		Applied:  applied,
+		Interval: max(time.Duration(t-ps.repStart)*time.Microsecond, time.Microsecond),
+		Usage:    map[string]shares.Usage{Tenant: {Offered: ps.repOffered, Admitted: ps.repAdmit}},
+		LivePods: len(rs.pods),
+		Held:     ps.st.Held(),
 	}
-	rs.repStart, rs.repOffered, rs.repAdmit = t, 0, 0
-	if cut, _ := w.partitioned(i, t); cut || w.rngNet.Float64() < w.spec.Network.LossReports {
+	ps.repStart, ps.repOffered, ps.repAdmit = t, 0, 0
+	if w.partitioned(ps.region, t) || w.rngNet.Float64() < w.spec.Network.LossReports {
 		w.res.LostReports++
 		return
 	}
-	w.reports = append(w.reports, sentReport{region: i, sentAt: t, rep: rep})
-	w.schedule(t+w.delay(w.spec.Network.Report), kReportRecv, i, len(w.reports)-1)
+	w.reports = append(w.reports, sentReport{pod: k, sentAt: t, rep: rep})
+	w.schedule(t+w.delay(w.spec.Network.Report), kReportRecv, 0, len(w.reports)-1)
 }
 
-// promptReport sends region i's report at t, out of its period, because it
+// promptReport sends pod k's report at t, out of its period, because it
 // just applied a shrink that a grow elsewhere may wait for; at most one such
 // report per interval.
-func (w *world) promptReport(i int, t int64) {
-	rs := w.regions[i]
-	if w.spec.PeriodicReports || (rs.lastExtra >= 0 && t-rs.lastExtra < w.spec.Interval.Microseconds()) {
+func (w *world) promptReport(k int, t int64) {
+	ps := w.pods[k]
+	if w.spec.PeriodicReports || (ps.lastExtra >= 0 && t-ps.lastExtra < w.spec.Interval.Microseconds()) {
 		return
 	}
-	rs.lastExtra = t
-	w.sendReport(i, t)
+	ps.lastExtra = t
+	w.sendReport(k, t)
 }
 
 func (w *world) receiveReport(n int, t int64) error {
 	sr := w.reports[n]
-	if cut, _ := w.partitioned(sr.region, t); cut || w.leader == nil {
+	ps := w.pods[sr.pod]
+	if w.partitioned(ps.region, t) || w.leader == nil {
 		w.res.LostReports++
 		return nil
 	}
-	rn, err := w.leader.Report(w.at(t), sr.rep)
-	w.tracef(t, "leader got %s report sent %dµs applied %d usage %+v", sr.rep.Region, sr.sentAt, sr.rep.Applied, sr.rep.Usage[Tenant])
+	ans, err := w.leader.Report(w.at(t), sr.rep)
+	w.tracef(t, "leader got %s report sent %dµs t%d/e%d usage %+v", sr.rep.Pod, sr.sentAt, sr.rep.Term, sr.rep.Applied, sr.rep.Usage[Tenant])
 	if err != nil {
-		return fmt.Errorf("report from %s at %v: %w", sr.rep.Region, time.Duration(t)*time.Microsecond, err)
+		return fmt.Errorf("report from %s at %v: %w", sr.rep.Pod, time.Duration(t)*time.Microsecond, err)
 	}
-	w.renewals = append(w.renewals, sentRenewal{sentAt: sr.sentAt, rn: rn})
-	w.schedule(t+w.delay(w.spec.Network.Renewal), kRenewal, sr.region, len(w.renewals)-1)
+	w.answers = append(w.answers, sentAnswer{sentAt: sr.sentAt, ans: ans})
+	w.schedule(t+w.delay(w.spec.Network.Renewal), kAnswer, sr.pod, len(w.answers)-1)
 	if !w.spec.TickOnly && w.leader.Growable() {
 		// The report acknowledged a shrink that a deferred grow waits for:
 		// grow now rather than at the next rebalance.
-		w.write(t, w.leader.Grow(w.at(t)))
+		w.changed(t, w.leader.Grow(w.at(t)))
 	}
 	return nil
+}
+
+// answered applies answer n at pod k at t (lost while the pod's region is
+// cut off).
+func (w *world) answered(k, n int, t int64) {
+	ps := w.pods[k]
+	if w.partitioned(ps.region, t) {
+		return
+	}
+	sa := w.answers[n]
+	shrunk := false
+	for _, e := range sa.ans.Entries {
+		if g, ok := ps.st.Grant(e.Tenant); ok && (e.Grant.Rate < g.Rate || e.Grant.Burst < g.Burst) {
+			shrunk = true
+		}
+	}
+	own := w.regions[ps.region].own
+	ps.st.Answered(w.at(sa.sentAt), sa.ans, func(string) shares.Ceiling { return own })
+	w.tracef(t, "%s answered (sent %dµs): term %d learning=%v full=%v epoch %d entries %+v",
+		ps.id, sa.sentAt, sa.ans.Term, sa.ans.Learning, sa.ans.Full, sa.ans.Epoch, sa.ans.Entries)
+	w.refreshAll(t)
+	if shrunk {
+		w.promptReport(k, t)
+	}
 }
 
 func (w *world) rebalance(t int64) {
 	if w.leader == nil {
 		return
 	}
-	w.write(t, w.leader.Rebalance(w.at(t), map[string]shares.Budget{Tenant: w.budget}))
+	w.changed(t, w.leader.Rebalance(w.at(t), map[string]shares.Budget{Tenant: w.budget}))
 }
 
-// write persists and delivers the changes the leader made at t.
-func (w *world) write(t int64, changes []shares.Change) {
-	w.res.Writes += len(changes)
+// changed counts the grant changes the leader made at t; they reach the
+// pods in the answers to their next reports.
+func (w *world) changed(t int64, changes []shares.Change) {
+	w.res.GrantChanges += len(changes)
 	for _, c := range changes {
-		w.tracef(t, "leader wrote %+v", c)
-		i, ok := w.byName[c.Region]
-		if !ok || c.Tenant != Tenant {
-			continue
-		}
-		w.persisted[c.Region] = c
-		w.changes = append(w.changes, c)
-		rs := w.regions[i]
-		// A region's watch delivers its grants in the order written; one
-		// that is cut off gets them once it heals.
-		at := max(t+w.delay(w.spec.Network.Grant), rs.lastGrant)
-		if cut, heal := w.partitioned(i, at); cut {
-			at = max(heal+w.delay(w.spec.Network.Grant), rs.lastGrant)
-		}
-		rs.lastGrant = at
-		w.schedule(at, kGrant, i, len(w.changes)-1)
+		w.tracef(t, "leader changed %s/%s to %+v", c.Tenant, c.Region, c.Grant)
 	}
-}
-
-func (w *world) persistedChanges() []shares.Change {
-	out := make([]shares.Change, 0, len(w.persisted))
-	for _, name := range w.spec.Regions {
-		if c, ok := w.persisted[name]; ok {
-			out = append(out, c)
-		}
-	}
-	return out
 }
 
 func (w *world) sample(t int64) {
@@ -625,22 +704,30 @@ func (w *world) sample(t int64) {
 		scale = w.budget.Rate / w.secOffered
 	}
 	for i, rs := range w.regions {
+		rate, burst := w.regionMax(rs)
+		leased := 0
+		for _, k := range rs.pods {
+			if w.pods[k].eff.leased {
+				leased++
+			} else if t > w.warm {
+				w.res.FloorSeconds++
+			}
+		}
 		s.Regions[i] = RegionSample{
 			Offered: rs.secOffered, Admitted: rs.secAdmit,
-			Grant: rs.eff.rate, Burst: rs.eff.burst, Leased: rs.eff.leased,
+			Grant: rate, Burst: burst, Leased: leased == len(rs.pods), LeasedPods: leased,
 			Share: rs.secOffered * scale,
 		}
 		rs.secOffered, rs.secAdmit = 0, 0
-		if !rs.eff.leased && t > w.warm {
-			w.res.FloorSeconds++
-		}
 	}
 	w.secOffered, w.secAdmit, w.secIdeal = 0, 0, 0
 	w.res.Series = append(w.res.Series, s)
 }
 
 func (w *world) finish() {
+	w.endTerm()
 	r := w.res
+	r.EntriesSent, r.FullSyncs, r.LearningAnswers = w.stats.EntriesSent, w.stats.FullSyncs, w.stats.Learning
 	if r.Ideal > 0 {
 		r.Utilisation = float64(r.Admitted) / float64(r.Ideal)
 	}

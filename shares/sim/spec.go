@@ -29,59 +29,77 @@ func bad(field, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", ErrInvalidSpec, field, fmt.Sprintf(format, args...))
 }
 
-// Network is how messages between the regions and the leader travel.
+// Network is how messages between the pods and the leader travel.
 type Network struct {
-	// Report is the delay of a region's report to the leader.
+	// Report is the delay of a pod's report to the leader.
 	Report Jitter
-	// Renewal is the delay of the leader's answer (the lease renewal).
+	// Renewal is the delay of the leader's answer to a report: the lease
+	// renewal and the region's grants that changed since the epoch the pod
+	// applied (grants travel on the report path; nothing goes through
+	// etcd).
 	Renewal Jitter
-	// Grant is the delay from the leader persisting a changed grant to the
-	// region applying it (an etcd write and watch). A region applies its
-	// grants in the order they were written.
-	Grant Jitter
 	// LossReports is the probability that a report is lost.
 	LossReports float64
 }
 
-// Partition cuts Region off from the coordinator and etcd during [From, To):
-// its reports and the leader's renewals are lost in both directions, and
-// grants written meanwhile reach it only after To, in order, as a resumed
-// watch delivers them.
+// Partition cuts Region off from the coordinator during [From, To): the
+// reports of its pods and the leader's answers are lost in both directions.
+// Its pods fall back to their floors once their leases lapse, and catch up
+// with the answer to their first report after To.
 type Partition struct {
 	Region   string
 	From, To time.Duration
 }
 
-// Failover discards the leader at At; a new leader, built afresh and
-// restored from the persisted grants, takes over Gap later. Reports that
-// arrive in between are lost and no rebalance runs.
+// Failover kills the leader at At; a new leader starts a new term Gap later
+// (reports that arrive in between are lost and no rebalance runs). The new
+// term learns for Lease + SessionTTL: it renews no lease and grants nothing
+// until every lease of an older term has surely ended, so pods fall back to
+// their floors once the old leases lapse.
 type Failover struct {
 	At, Gap time.Duration
+	// SessionTTL is the election session TTL the scenario assumes (it
+	// bounds how long a deposed leader may still answer). 0: Gap (a
+	// crashed leader's session expires after its TTL, and the next leader
+	// is elected then).
+	SessionTTL time.Duration
 }
 
-// Spec is one scenario: regions, one tenant's budget, traffic per region,
-// network and faults. Run it with Run in one of its Modes.
+func (f Failover) sessionTTL() time.Duration {
+	if f.SessionTTL > 0 {
+		return f.SessionTTL
+	}
+	return f.Gap
+}
+
+// Spec is one scenario: regions and their pods, one tenant's budget, traffic
+// per region, network and faults. Run it with Run in one of its Modes.
 type Spec struct {
 	Name        string
 	Description string
 	// Regions are the region names, in a fixed order.
 	Regions []string
+	// Pods is the number of pods per region (0: DefaultPods). A region's
+	// traffic is spread uniformly over its pods, which all decide against
+	// the region's one key, each with the limit it enforces.
+	Pods int
 	// Budget is the tenant's budget; Run overrides its Mode.
 	Budget shares.Budget
 	// Modes are the modes the scenario is run in, the first being the one
 	// that is plotted in detail.
 	Modes []shares.Mode
-	// Interval is the report and rebalance interval P.
+	// Interval is the report (per pod) and rebalance interval P.
 	Interval time.Duration
 	// Lease is the lease L.
 	Lease time.Duration
-	// Drift is the drift margin a region subtracts from its lease.
+	// Drift is the drift margin a pod subtracts from its lease.
 	Drift time.Duration
 	// Duration is how long the run simulates.
 	Duration time.Duration
 	// Warmup is excluded from admitted, ideal, utilisation and error (the
-	// cold start, while every region enforces its floor); over-admission
-	// and I4 are checked over the whole run.
+	// cold start of the pods, which enforce nothing until the first answer
+	// that carries grants); over-admission and I4 are checked over the
+	// whole run.
 	Warmup time.Duration
 	// Traffic is the fresh demand per region (by name); a region without
 	// an entry offers nothing.
@@ -98,10 +116,10 @@ type Spec struct {
 	Events []time.Duration
 	// TickOnly makes the leader act only at its rebalance ticks: no grow
 	// as soon as a report acknowledges the shrink it waits for
-	// (shares.Allocator.Grow). For comparison.
+	// (shares.Leader.Grow). For comparison.
 	TickOnly bool
-	// PeriodicReports makes regions report only on their period: no
-	// prompt report after applying a shrink. For comparison.
+	// PeriodicReports makes pods report only on their period: no prompt
+	// report after applying a shrink. For comparison.
 	PeriodicReports bool
 }
 
@@ -128,6 +146,9 @@ func (s *Spec) Validate() error {
 			return bad(fmt.Sprintf("Regions[%d]", i), "empty or repeated %q", r)
 		}
 		seen[r] = true
+	}
+	if s.Pods < 0 || s.Pods > maxPods {
+		return bad("Pods", "%d is outside [0, %d]", s.Pods, maxPods)
 	}
 	if len(s.Modes) == 0 {
 		return bad("Modes", "none")
@@ -173,7 +194,7 @@ func (s *Spec) Validate() error {
 	for _, f := range []struct {
 		name string
 		j    Jitter
-	}{{"Network.Report", s.Network.Report}, {"Network.Renewal", s.Network.Renewal}, {"Network.Grant", s.Network.Grant}} {
+	}{{"Network.Report", s.Network.Report}, {"Network.Renewal", s.Network.Renewal}} {
 		if err := f.j.validate(f.name); err != nil {
 			return err
 		}
@@ -190,8 +211,8 @@ func (s *Spec) Validate() error {
 		}
 	}
 	for i, f := range s.Failovers {
-		if f.At <= 0 || f.Gap < 0 {
-			return bad(fmt.Sprintf("Failovers[%d]", i), "want At > 0 and Gap ≥ 0, got %+v", f)
+		if f.At <= 0 || f.Gap < 0 || f.SessionTTL < 0 {
+			return bad(fmt.Sprintf("Failovers[%d]", i), "want At > 0, Gap ≥ 0 and SessionTTL ≥ 0, got %+v", f)
 		}
 	}
 	for i, e := range s.Events {
@@ -200,4 +221,14 @@ func (s *Spec) Validate() error {
 		}
 	}
 	return nil
+}
+
+// maxPods bounds Spec.Pods (the leader tracks at most 256 pods a region).
+const maxPods = 64
+
+func (s *Spec) pods() int {
+	if s.Pods == 0 {
+		return DefaultPods
+	}
+	return s.Pods
 }
