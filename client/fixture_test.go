@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/allot-dev/allot/gcra/memstore"
+	"github.com/allot-dev/allot/internal/coordtest"
 	"github.com/allot-dev/allot/internal/etcdtest"
 	"github.com/allot-dev/allot/internal/redistest"
 	"github.com/allot-dev/allot/internal/state"
@@ -73,8 +74,12 @@ func startLimiter(tb testing.TB, opts ...grpc.ServerOption) *limiter {
 	if err != nil {
 		tb.Fatalf("memstore: %v", err)
 	}
+	// A leader answers the pod's reports: it enforces budgets only with
+	// what a leader told it.
+	coordtest.Start(tb, coordtest.Fast(ec))
 	cfg := regional.DefaultConfig()
 	cfg.Region, cfg.Store, cfg.Etcd = "us-east", store, ec
+	cfg.ReportInterval = 100 * time.Millisecond
 	svc, err := regional.New(cfg)
 	if err != nil {
 		tb.Fatalf("regional.New: %v", err)

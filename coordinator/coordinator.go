@@ -85,6 +85,7 @@ type Coordinator struct {
 type term struct {
 	rev     int64 // the election key's revision: terms of later leaders are larger
 	sub     uint64
+	first   bool // no leader recorded a term before this one
 	lead    *shares.Leader
 	regions []string
 	policyV int64
@@ -265,6 +266,24 @@ func (c *Coordinator) lead(ctx, sctx context.Context, sess *concurrency.Session,
 		tenants: map[string]time.Time{},
 		grow:    make(chan struct{}, 1),
 	}
+	// Record the term; the very first leader of a cluster need not learn.
+	fence := clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev())
+	for {
+		first, err := c.store.ClaimTerm(sctx, fence, t.termID()+1)
+		if err == nil {
+			t.first = first
+			break
+		}
+		if errors.Is(err, state.ErrFenced) || sctx.Err() != nil {
+			return err
+		}
+		c.log.Warn("record term", "err", err)
+		select {
+		case <-sctx.Done():
+			return sctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 	c.mu.Lock()
 	c.term = t
 	c.leader = LeaderInfo{ID: c.cfg.ID, GRPC: c.cfg.GRPCAddr, HTTP: c.cfg.HTTPAddr}
@@ -425,6 +444,7 @@ func (c *Coordinator) refreshPolicy(ctx context.Context, t *term) error {
 		ValidTenant: policy.ValidateTenant,
 	}
 	t.sub++
+	cfg.First = t.first && t.sub == 1
 	cfg.Term = t.termID()
 	lead, err := shares.NewLeader(c.cfg.Now(), cfg)
 	if err != nil {

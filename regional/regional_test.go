@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,11 +30,13 @@ import (
 	"github.com/allot-dev/allot/gcra"
 	"github.com/allot-dev/allot/gcra/memstore"
 	"github.com/allot-dev/allot/gcra/redisstore"
+	"github.com/allot-dev/allot/internal/coordtest"
 	"github.com/allot-dev/allot/internal/etcdtest"
 	"github.com/allot-dev/allot/internal/redistest"
 	"github.com/allot-dev/allot/internal/state"
 	"github.com/allot-dev/allot/internal/wait"
 	allotv1 "github.com/allot-dev/allot/proto/allot/v1"
+	"github.com/allot-dev/allot/shares"
 )
 
 func TestMain(m *testing.M) {
@@ -95,8 +98,23 @@ func startPod(t testing.TB, store gcra.Store, adjust func(*Config)) *pod {
 	return startPodOn(t, etcdtest.Start(t), store, adjust)
 }
 
-// startPodOn starts a pod on an existing etcd and applies the test policy.
+// startPodOn starts a pod on an existing etcd, with a coordinator (one per
+// etcd) answering its reports, applies the test policy and waits until the
+// pod is ready.
 func startPodOn(t testing.TB, etcd *etcdtest.Server, store gcra.Store, adjust func(*Config)) *pod {
+	t.Helper()
+	if _, loaded := leaders.LoadOrStore(etcd, true); !loaded {
+		coordtest.Start(t, coordtest.Fast(etcd.Client(t)))
+	}
+	return startPodWith(t, etcd, store, adjust, true)
+}
+
+// leaders notes the etcd servers startPodOn started a coordinator on.
+var leaders sync.Map
+
+// startPodWith starts a pod; with leader it waits until the pod is ready
+// (a leader answered it), else only until it has the policy.
+func startPodWith(t testing.TB, etcd *etcdtest.Server, store gcra.Store, adjust func(*Config), leader bool) *pod {
 	t.Helper()
 	st := state.New(etcd.Client(t), "")
 	ctx := context.Background()
@@ -108,6 +126,7 @@ func startPodOn(t testing.TB, etcd *etcdtest.Server, store gcra.Store, adjust fu
 	cfg := DefaultConfig()
 	cfg.Region, cfg.Store, cfg.Etcd, cfg.Registerer = "us-east", store, etcd.Client(t), reg
 	cfg.StoreTimeout = 50 * time.Millisecond // generous: -race on a shared 2-core machine
+	cfg.ReportInterval = 100 * time.Millisecond
 	if adjust != nil {
 		adjust(&cfg)
 	}
@@ -134,6 +153,14 @@ func startPodOn(t testing.TB, etcd *etcdtest.Server, store gcra.Store, adjust fu
 		t.Fatal(err)
 	}
 	redistest.Eventually(t, 10*time.Second, func() error {
+		if !leader {
+			s.view.mu.RLock()
+			defer s.view.mu.RUnlock()
+			if !s.view.policyLoaded {
+				return errors.New("no policy yet")
+			}
+			return nil
+		}
 		if code, _ := get(t, hs.URL+"/readyz"); code != 200 {
 			return errors.New("not ready")
 		}
@@ -409,4 +436,17 @@ func TestRedisFailure(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// testGrants counts the answers testGrant made.
+var testGrants atomic.Uint64
+
+// testGrant makes the pod hold g for tenant under a one-minute lease, as if
+// a leader of a later term than any real one had answered with it (so that
+// the real leader's answers, of an older term, are ignored from then on).
+func testGrant(v *view, tenant string, g shares.Grant) {
+	n := testGrants.Add(1)
+	g.Epoch = 1
+	v.answered(time.Now(), shares.Answer{Term: 1<<62 + n, Lease: time.Minute, Full: true, Epoch: 1,
+		Entries: []shares.Entry{{Tenant: tenant, Grant: g}}}, time.Now())
 }

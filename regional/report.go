@@ -81,6 +81,10 @@ func (r *reporter) run(ctx context.Context) error {
 	settle := time.NewTimer(promptSettle)
 	settle.Stop()
 	defer settle.Stop()
+	// The first report goes at once: until a leader answers, the pod
+	// enforces nothing for budget limits (and is not ready).
+	r.report(ctx, r.s.counts.drain(), r.s.cfg.ReportInterval)
+	last = r.s.cfg.Now()
 	for {
 		select {
 		case <-ctx.Done():

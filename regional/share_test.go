@@ -17,7 +17,7 @@ import (
 // share below one unit per window admits nothing; neither is an error (it
 // was an HTTP 500).
 func TestSlowShareDecides(t *testing.T) {
-	p := redisPod(t)
+	p := unknownPod(t)
 	ctx := context.Background()
 	// 1/h with the largest burst gcra allows at that rate.
 	if _, err := p.st.PutBudget(ctx, "t9", policy.Budget{Rate: "1/h", Burst: 625_499}, false, 0); err != nil {
@@ -29,12 +29,8 @@ func TestSlowShareDecides(t *testing.T) {
 		}
 		return nil
 	})
-	grant := func(epoch uint64, rate float64, burst int64) {
-		v := p.s.view
-		v.mu.Lock()
-		defer v.mu.Unlock()
-		v.reg.Apply(shares.Change{Tenant: "t9", Region: "us-east", Grant: shares.Grant{Rate: rate, Burst: burst, Epoch: epoch}})
-		v.reg.Renewed(time.Now(), shares.Renewal{Lease: time.Minute})
+	grant := func(_ uint64, rate float64, burst int64) {
+		testGrant(p.s.view, "t9", shares.Grant{Rate: rate, Burst: burst, FloorRate: rate, FloorBurst: burst})
 	}
 	for i, c := range []struct {
 		name    string

@@ -206,7 +206,7 @@ func (v *view) answered(sentAt time.Time, a shares.Answer, now time.Time) {
 	defer v.mu.Unlock()
 	shrunk := false
 	for _, e := range a.Entries {
-		if g, ok := v.pod.Grant(e.Tenant); ok && (e.Grant.Rate < g.Rate || e.Grant.Burst < g.Burst) {
+		if g, ok := v.pod.Grant(e.Tenant); ok && e.Grant.Epoch > g.Epoch && (e.Grant.Rate < g.Rate || e.Grant.Burst < g.Burst) {
 			shrunk = true
 		}
 	}

@@ -32,6 +32,10 @@ type LeaderConfig struct {
 	// its election session TTL, which bounds how long a deposed leader may
 	// still answer).
 	Learning time.Duration
+	// First: no earlier term ever granted (the coordinator knows from etcd),
+	// so no pod holds an older lease and the leader need not learn
+	// (Learning is then ignored).
+	First bool
 	// MaxPodsPerRegion bounds the pods of one region the leader tracks.
 	// Default 256.
 	MaxPodsPerRegion int
@@ -51,7 +55,7 @@ func (c LeaderConfig) Validate() error {
 	switch {
 	case c.Term == 0:
 		return configErr("Term", "must be positive")
-	case c.Learning < c.Lease:
+	case c.Learning < c.Lease && !c.First:
 		return configErr("Learning", "%v: must be at least Lease (%v), or a new leader could grant capacity an older term's lease still holds", c.Learning, c.Lease)
 	case c.MaxPodsPerRegion < 0:
 		return configErr("MaxPodsPerRegion", "%d: must not be negative", c.MaxPodsPerRegion)
@@ -201,10 +205,15 @@ func (l *Leader) Term() uint64 { return l.cfg.Term }
 func (l *Leader) Allocator() *Allocator { return l.alloc }
 
 // Learning reports whether the leader is still in its learning period at now.
-func (l *Leader) Learning(now time.Time) bool { return now.Before(l.start.Add(l.cfg.Learning)) }
+func (l *Leader) Learning(now time.Time) bool { return now.Before(l.LearningUntil()) }
 
 // LearningUntil returns when the learning period ends.
-func (l *Leader) LearningUntil() time.Time { return l.start.Add(l.cfg.Learning) }
+func (l *Leader) LearningUntil() time.Time {
+	if l.cfg.First {
+		return l.start
+	}
+	return l.start.Add(l.cfg.Learning)
+}
 
 // Stats returns the counters.
 func (l *Leader) Stats() LeaderStats { return l.stats }

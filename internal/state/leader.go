@@ -34,3 +34,22 @@ func (s *Store) Leader(ctx context.Context) (Leader, error) {
 	}
 	return l, nil
 }
+
+// TermKey holds the protocol term of the latest leader (one write per
+// election).
+func (s *Store) TermKey() string { return s.prefix + "term" }
+
+// ClaimTerm records term as the latest leader's, guarded by fence (the
+// election key of the writer), and reports whether no leader ever recorded
+// one before: then no pod can hold grants of an older term, and the new
+// leader need not learn before it grants.
+func (s *Store) ClaimTerm(ctx context.Context, fence clientv3.Cmp, term uint64) (first bool, err error) {
+	r, err := s.c.Txn(ctx).If(fence).Then(clientv3.OpGet(s.TermKey()), clientv3.OpPut(s.TermKey(), fmt.Sprint(term))).Commit()
+	if err != nil {
+		return false, fmt.Errorf("record term: %w", err)
+	}
+	if !r.Succeeded {
+		return false, ErrFenced
+	}
+	return len(r.Responses[0].GetResponseRange().Kvs) == 0, nil
+}
