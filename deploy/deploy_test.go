@@ -395,7 +395,7 @@ func TestDashboard(t *testing.T) {
 	for _, name := range []string{
 		"allot_decisions_total", "allot_fallback_decisions_total", "allot_store_duration_seconds",
 		"allot_lease_valid", "allot_lease_remaining_seconds", "allot_grant_age_seconds", "allot_live_pods",
-		"allot_coordinator_is_leader", "allot_rebalance_duration_seconds", "allot_grant_writes_total",
+		"allot_coordinator_is_leader", "allot_rebalance_duration_seconds", "allot_grant_changes_total",
 		"allot_reports_total", "allot_coordinator_reports_total", "allot_lease_units_total",
 	} {
 		if !queried[name] {

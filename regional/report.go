@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	allotv1 "github.com/allot-dev/allot/proto/allot/v1"
 	"github.com/allot-dev/allot/shares"
@@ -194,6 +196,13 @@ func (r *reporter) report(ctx context.Context, usage map[string]shares.Usage, in
 		sentAt := r.s.cfg.Now()
 		resp, err := cl.Report(rctx, req, grpc.MaxCallRecvMsgSize(maxAnswerBytes))
 		cancel()
+		if status.Code(err) == codes.FailedPrecondition {
+			// The leader has no policy yet (it loads one at its next
+			// rebalance): not a failure of this pod's.
+			r.s.m.reports.WithLabelValues("no_policy").Inc()
+			r.s.log.Debug("the leader has no policy yet", "err", err)
+			return
+		}
 		if err != nil {
 			r.s.m.reports.WithLabelValues("failed").Inc()
 			r.s.log.Debug("report failed", "err", err)

@@ -4,7 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os/exec"
@@ -100,12 +100,21 @@ func TestDevSubprocess(t *testing.T) {
 		return d
 	}
 	decide := func() decideAnswer { return decideAs("t1") }
-	// The default tier admits 20 at once; the probe's own budget 3.
-	wait.Until(t, 10*time.Second, func() error {
-		if d := decideAs("probe"); d.Allowed {
-			return errors.New("the probe's budget has not reached us-east yet")
+	// Both are pinned to us-east: the leader moves each to its whole budget
+	// once the other regions acknowledged grants of zero, in the same passes
+	// (t1's never later than the probe's, being written first), and the pod
+	// takes them from its answers in epoch order. So once the probe admits
+	// exactly its burst of 3 at once, t1's key holds its whole budget too.
+	wait.Until(t, 20*time.Second, func() error {
+		var got []decideAnswer
+		for range 4 {
+			got = append(got, decideAs("probe"))
 		}
-		return nil
+		if got[0].Allowed && got[0].Remaining == 2 && got[2].Allowed && !got[3].Allowed {
+			return nil
+		}
+		time.Sleep(700 * time.Millisecond) // let the probe's key rest (3 units at 5/s)
+		return fmt.Errorf("the probe's whole budget has not reached us-east yet: %+v", got)
 	})
 
 	// The seed's trace in real time: allowed ×3 (remaining 2, 1, 0), then

@@ -112,7 +112,7 @@ func newStatusCmd(s *streams) *cobra.Command {
 					role = "leader"
 				}
 				fmt.Fprintf(s.out, "coordinator %s: %s; leader %s (%s)\n", st.ID, role, dash(st.Leader.ID), dash(st.Leader.HTTP))
-				fmt.Fprintf(s.out, "policy version %d; %d tenants; last rebalance %s (%.2f ms, %d grant writes)\n",
+				fmt.Fprintf(s.out, "policy version %d; %d tenants; last rebalance %s (%.2f ms, %d grant changes)\n",
 					st.PolicyVersion, st.Tenants, dash(st.LastRebalance), st.LastRebalanceMS, st.LastWrites)
 				if !st.IsLeader {
 					return nil

@@ -156,11 +156,11 @@ func TestBudgets(t *testing.T) {
 	if _, err := s.PutBudget(ctx, "t1", policy.Budget{Rate: "6/s", Burst: 3}, false, -1); !errors.Is(err, ErrConflict) {
 		t.Errorf("create-only PutBudget over an existing budget = %v, want ErrConflict", err)
 	}
-	if _, err := s.PutBudget(ctx, "a/b{c}", policy.Budget{Rate: "6/s", Burst: 3}, true, 0); err != nil {
+	if _, err := s.PutBudget(ctx, "a:b@c.d", policy.Budget{Rate: "6/s", Burst: 3}, true, 0); err != nil {
 		t.Fatal(err)
 	}
 	list, _, err := s.Budgets(ctx)
-	if err != nil || len(list) != 2 || list[0].Tenant != "a/b{c}" || list[1].Home != "us-east" || !list[0].Shadow {
+	if err != nil || len(list) != 2 || list[0].Tenant != "a:b@c.d" || list[1].Home != "us-east" || !list[0].Shadow {
 		t.Fatalf("Budgets = %+v, %v", list, err)
 	}
 	if err := s.DeleteBudget(ctx, "t1"); err != nil {
