@@ -1,25 +1,29 @@
 // Package coordinator is allot's coordinator: one leader, elected through
 // etcd, turns the traffic regional pods report into grants every rebalance
-// interval and writes them to etcd, fenced so that a deposed leader cannot
-// write. Followers answer reports with the leader's address. It also serves
-// the admin API (budgets, policy, shares, status) over HTTP JSON and gRPC,
-// one implementation behind both, and a status page.
+// interval and answers each pod's report with its lease and its region's
+// grants that changed since the epoch the pod applied (shares.Leader; the
+// rules are in docs/protocol.md). Nothing per grant is written to etcd.
+// Followers answer reports with the leader's address. It also serves the
+// admin API (budgets, policy, shares, status) over HTTP JSON and gRPC, one
+// implementation behind both, and a status page.
 //
 // Leadership is tied to an etcd session (concurrency.Session, TTL
-// Config.SessionTTL): the leader acts only while its session lives, every
-// grant write compares the election key's create revision, and it resigns
-// on shutdown. A new leader resumes from the grants persisted in etcd
-// (shares.Allocator.Restore).
+// Config.SessionTTL): the leader acts only while its session lives and
+// resigns on shutdown. Each leadership records its term in etcd (one write,
+// fenced on the election key); a term — and a new one whenever the policy's
+// region set changes — learns for Lease + SessionTTL before it grants,
+// unless no earlier term was ever recorded.
 //
-// Pods report individually; the leader answers each at once with a lease
-// and the region's minimum epoch, accumulates the pods' usage per region,
-// and folds it into the allocator once per rebalance: a region's
-// acknowledged epoch is the smallest applied epoch of its pods whose leases
-// may still run. That epoch is also passed on at once (shares.Allocator.Ack):
-// when it unblocks a grow that waited for a shrink's acknowledgement, the
-// report handler signals the leader loop (without blocking), which writes
-// those grows (shares.Allocator.Grow) before the next tick. The loop stays
-// the only writer, and every write is fenced.
+// Reports are authenticated (Config.Reports: a region token or a verified
+// client certificate) and validated by shares.Leader. A region's
+// acknowledged epoch is the smallest epoch applied by its pods whose leases
+// may still run; when an acknowledgement unblocks a grow that waited for a
+// shrink, the report handler signals the leader loop (without blocking),
+// which grows (shares.Leader.Grow) before the next tick.
+//
+// Tenants: every tenant with a budget record or a policy entry, and those
+// reported within Config.TenantIdleTimeout, at most Config.MaxTenants of
+// them from reports.
 //
 // Clocks: leases and rebalances run on Config.Now (the leader's clock);
 // pods count their leases on their own monotonic clocks from when they sent

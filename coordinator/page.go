@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"github.com/allot-dev/allot/shares"
 	"html/template"
 	"net/http"
 	"sort"
@@ -29,7 +30,7 @@ th:first-child,td:first-child{text-align:left} .ok{color:#080} .bad{color:#b00} 
 <h1>allot coordinator <code>{{.Status.ID}}</code></h1>
 <p>{{if .Status.IsLeader}}<b class="ok">Leader</b>{{else}}Follower; leader: <code>{{.Status.Leader.ID}}</code> {{.Status.Leader.HTTP}}{{end}}
  · policy version {{.Status.PolicyVersion}}
-{{if .Status.LastRebalance}} · last rebalance {{.Status.LastRebalance}} ({{printf "%.2f" .Status.LastRebalanceMS}} ms, {{.Status.LastWrites}} grant writes){{end}}</p>
+{{if .Status.LastRebalance}} · last rebalance {{.Status.LastRebalance}} ({{printf "%.2f" .Status.LastRebalanceMS}} ms, {{.Status.LastWrites}} grant changes){{end}}</p>
 {{if .Error}}<p class="bad">{{.Error}}</p>{{end}}
 <h2>Regions</h2>
 {{if .Status.IsLeader}}<table><tr><th>region</th><th>live pods</th><th>applied epoch</th><th>lease</th><th>last report</th></tr>
@@ -89,22 +90,28 @@ func (h *httpAPI) page(w http.ResponseWriter, r *http.Request) {
 	if _, doc, err := h.c.store.Policy(r.Context()); err == nil {
 		data.Regions = doc.Regions
 	}
-	if grants, _, err := h.c.store.Grants(r.Context(), ""); err == nil {
+	// Grants live with the leader (they travel in its answers to pods): a
+	// follower shows none.
+	{
 		idx := map[string]int{}
 		for i, reg := range data.Regions {
 			idx[reg] = i
 		}
 		by := map[string][]pageCell{}
-		for _, g := range grants {
-			i, ok := idx[g.Region]
-			if !ok {
-				continue
-			}
-			if by[g.Tenant] == nil {
-				by[g.Tenant] = make([]pageCell, len(data.Regions))
-			}
-			by[g.Tenant][i] = pageCell{Set: true, Rate: g.Grant.Rate, Burst: g.Grant.Burst, Epoch: g.Grant.Epoch}
+		h.c.mu.Lock()
+		if t := h.c.term; t != nil && t.lead != nil {
+			t.lead.Allocator().EachGrant(func(tenant, region string, g shares.Grant) {
+				i, ok := idx[region]
+				if !ok {
+					return
+				}
+				if by[tenant] == nil {
+					by[tenant] = make([]pageCell, len(data.Regions))
+				}
+				by[tenant][i] = pageCell{Set: true, Rate: g.Rate, Burst: g.Burst, Epoch: g.Epoch}
+			})
 		}
+		h.c.mu.Unlock()
 		names := make([]string, 0, len(by))
 		for n := range by {
 			names = append(names, n)
@@ -117,8 +124,6 @@ func (h *httpAPI) page(w http.ResponseWriter, r *http.Request) {
 		for _, n := range names {
 			data.Tenants = append(data.Tenants, pageTenant{Name: n, Cells: by[n]})
 		}
-	} else if data.Error == "" {
-		data.Error = err.Error()
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	if err := pageTmpl.Execute(w, data); err != nil {

@@ -4,8 +4,10 @@
 //
 // The decide path: descriptors → the policy's matching limits → one key per
 // limit (package gcra/keys, hash tag on the tenant) → an effective (T, B):
-// a budget limit enforces the region's grant (its floor without a grant or
-// with a lapsed lease), a regional limit its full rate. Enforced limits are
+// a budget limit enforces what the leader told this pod (shares.Pod: its
+// grant while its lease is valid, the grant's floor once it lapsed, the cold
+// floor for a tenant it holds no grant of while leased, nothing before the
+// first answer; see docs/protocol.md), a regional limit its full rate. Enforced limits are
 // decided all or nothing in one store round trip; shadow limits ride in the
 // same round trip (a pipeline) but only count would-denials; limits with a
 // lease size are reserved from local leases first (package gcra/lease) and
@@ -17,20 +19,27 @@
 // Failures (I9): every store call has a timeout (Config.StoreTimeout, a few
 // ms) and goes through a circuit breaker. When the store fails, each limit
 // does as its on_failure says: open limits are decided together on a local
-// in-memory GCRA at their fallback rate (the policy's, or the limit's rate
-// divided by the region's live pods), closed limits deny with a retry-after.
+// in-memory GCRA whose buckets start empty (Redis may have spent the burst):
+// a budget limit at 1/d of what the pod enforces, d the fail-open share the
+// leader handed it (none without a lease: the limit denies), another limit
+// at its rate divided by the larger of the gossip and the leader's pod
+// counts, never above the policy's fallback_rate; closed limits deny with a
+// retry-after.
 // Every such decision is counted in allot_fallback_decisions_total and
 // logged at a bounded rate.
 //
-// State: policy, budgets and the region's grants are mirrored from etcd
-// (resynced after compaction or a lost watch). The lease of the grants is
-// renewed by the leader's answer to each report and counted on this pod's
-// monotonic clock from when the report was sent, minus Config.Drift.
+// State: policy and budgets are mirrored from etcd (resynced after
+// compaction or a lost watch); the region's grants, the lease, the cold
+// floor and the fail-open share come in the leader's answers to this pod's
+// reports (the changes since the epoch it applied, or all of them for a pod
+// of another term). The lease is counted on this pod's monotonic clock from
+// when the report was sent, minus Config.Drift. A change of the policy or a
+// budget lowers the floors of the grants held, never raises them.
 //
 // Reporting: offered and admitted units per tenant are counted with atomics
 // (no lock on the hot path) and sent to the leader every ReportInterval, and
-// once more (at most once per interval) soon after a grant arrives that
-// lowers a tenant's rate or burst, so that the leader, which may hold a grow
+// at once on start, and once more (at most once per interval) soon after an
+// answer lowers a tenant's rate or burst, so that the leader, which may hold a grow
 // elsewhere until this acknowledgement, need not wait a whole interval; a
 // report that fails is dropped. At most Config.MaxTenants tenants are
 // counted at once; tenants idle for three reports are forgotten.

@@ -450,3 +450,80 @@ func testGrant(v *view, tenant string, g shares.Grant) {
 	v.answered(time.Now(), shares.Answer{Term: 1<<62 + n, Lease: time.Minute, Full: true, Epoch: 1,
 		Entries: []shares.Entry{{Tenant: tenant, Grant: g}}}, time.Now())
 }
+
+// waitBudget waits until the pod enforces at least rate and burst for
+// tenant's budget limit from what the leader told it: a grant, or for a
+// tenant it holds none of the leader's cold floor (the default tier's
+// floor). Right after the pod is ready, or after a policy change, the leader
+// may not have taken up the tenant's budget yet.
+func waitBudget(tb testing.TB, p *pod, tenant string, rate float64, burst int64) {
+	tb.Helper()
+	wait.Until(tb, 10*time.Second, func() error {
+		te := p.s.view.tenant(tenant)
+		if te == nil {
+			return errors.New("no policy loaded")
+		}
+		r, b, leased := p.s.view.effective(time.Now(), tenant, te.budget)
+		if r < rate || b < burst {
+			return fmt.Errorf("the pod enforces %v/s burst %d for %s (leased grant %v), want at least %v/s burst %d", r, b, tenant, leased, rate, burst)
+		}
+		return nil
+	})
+}
+
+// waitShare waits until the leader handed the pod a fail-open share of want
+// (1/want of the region's budget grants while the store is down).
+func waitShare(tb testing.TB, p *pod, want int) {
+	tb.Helper()
+	wait.Until(tb, 10*time.Second, func() error {
+		if got := p.s.view.failOpenShare(time.Now()); got != want {
+			return fmt.Errorf("fail-open share 1/%d, want 1/%d", got, want)
+		}
+		return nil
+	})
+}
+
+// rateCheck follows one key's fail-open fallback, whose local bucket starts
+// empty (Redis may have spent the burst just before it failed): it admits at
+// its rate from the first decision, never a burst, so at every point at most
+// one unit per interval since start (taken before the first decision) is
+// admitted.
+type rateCheck struct {
+	t         *testing.T
+	start     time.Time
+	interval  time.Duration
+	admitted  int
+	decisions int
+}
+
+func newRateCheck(t *testing.T, interval time.Duration) *rateCheck {
+	return &rateCheck{t: t, start: time.Now(), interval: interval}
+}
+
+// add counts one fallback decision of the key, and checks the rate.
+func (r *rateCheck) add(allowed bool) {
+	r.t.Helper()
+	r.decisions++
+	if allowed {
+		r.admitted++
+	}
+	// 1 ms of slack for the store's microsecond clock.
+	el := time.Since(r.start)
+	if most := int((el + time.Millisecond) / r.interval); r.admitted > most {
+		r.t.Fatalf("the fallback admitted %d units within %v, want at most %d (one per %v, starting empty)", r.admitted, el, most, r.interval)
+	}
+}
+
+// until decides (decide reports whether one fallback decision of the key
+// admitted) until want units were admitted in all, checking the rate at
+// every decision.
+func (r *rateCheck) until(want int, decide func() bool) {
+	r.t.Helper()
+	wait.Until(r.t, 10*time.Second, func() error {
+		r.add(decide())
+		if r.admitted < want {
+			return fmt.Errorf("the fallback admitted %d units in %v, want %d", r.admitted, time.Since(r.start), want)
+		}
+		return nil
+	})
+}

@@ -24,8 +24,8 @@ type Report struct {
 	Interval time.Duration
 	// Applied is the highest grant epoch the region has applied. Epochs are
 	// per region and strictly increasing across all of the region's
-	// tenants; a region applies grants in epoch order, as an etcd watch
-	// delivers them, so Applied ≥ e means it enforces no grant older than
+	// tenants; a region applies grants in epoch order, as the leader's
+	// answers deliver them, so Applied ≥ e means it enforces no grant older than
 	// its newest with epoch ≤ e, for every tenant.
 	Applied uint64
 	// Usage is per tenant. Tenants absent from the map offered nothing.
@@ -66,19 +66,19 @@ type Ceiling struct {
 	Burst int64
 }
 
-// Change is one grant to persist (in etcd, in the order returned) and
-// deliver to its region.
+// Change is one grant the leader made, to deliver to its region (in the
+// answers to the region's pods' reports).
 type Change struct {
 	Tenant string
 	Region string
 	Grant  Grant
 	// Ceiling is the most the region may be enforcing for the tenant until
 	// it acknowledges Grant.Epoch: the larger of Grant and every older grant
-	// still possibly in force. Restore relies on it.
+	// still possibly in force.
 	Ceiling Ceiling
-	// MinEpoch is the region's minimum epoch when the change was made.
-	// Restore takes the largest per region, so that a new leader never
-	// lets a region resume a grant its predecessor revoked.
+	// MinEpoch is the region's minimum epoch when the change was made
+	// (grants older than it were revoked when the region's lease surely
+	// ended).
 	MinEpoch uint64
 }
 
@@ -443,62 +443,14 @@ func (a *Allocator) markLive(now time.Time, revoke bool) {
 	}
 }
 
-// restoreEpochGap is how far Restore moves each region's epochs past the
-// largest persisted: beyond any epoch the old leader may have issued without
-// persisting it (a batch it failed to write), so that a MinEpoch it already
-// announced can never hide the new leader's grants.
-const restoreEpochGap = 1 << 32
-
-// Restore makes a new leader resume from the persisted grants: the newest
-// persisted Change per (tenant, region), in any order. Call it on a new
-// Allocator, before anything else.
-//
-// The rule: every region is treated as possibly enforcing, for each tenant,
-// the Ceiling persisted with its newest grant until it reports Applied ≥
-// that grant's epoch, and as holding a valid lease until now + Lease (the
-// old leader's renewals were all answered before now). Minimum epochs
-// resume at the largest persisted per region, and epochs continue 2³² above
-// the largest persisted (above any the old leader may have issued but not
-// persisted). Demand estimates start at the persisted grant rates, so
-// the first rebalances reproduce the old grants rather than collapse them.
-// Changes for unknown regions are ignored.
-func (a *Allocator) Restore(now time.Time, persisted []Change) {
-	a.newNames = a.newNames[:0]
-	seen := make(map[string]bool)
-	for _, c := range persisted {
-		if _, ok := a.tIdx[c.Tenant]; !ok && !seen[c.Tenant] {
-			seen[c.Tenant] = true
-			a.newNames = append(a.newNames, c.Tenant)
+// EachGrant calls fn with every current grant, tenant by tenant.
+func (a *Allocator) EachGrant(fn func(tenant, region string, g Grant)) {
+	for k := range a.tenants {
+		for i, r := range a.cfg.Regions {
+			if sl := a.slots[k*a.n+i]; sl.epoch != 0 {
+				fn(a.tenants[k].name, r, Grant{Rate: sl.rate, Burst: sl.burst, Epoch: sl.epoch})
+			}
 		}
-	}
-	a.addNew(a.newNames)
-	for _, c := range persisted {
-		i, ok := a.regIdx[c.Region]
-		if !ok {
-			continue
-		}
-		reg := &a.regs[i]
-		reg.epoch = max(reg.epoch, c.Grant.Epoch)
-		reg.minEpoch = max(reg.minEpoch, c.MinEpoch)
-		sl := &a.slots[a.tIdx[c.Tenant]*a.n+i]
-		if c.Grant.Epoch <= sl.epoch {
-			continue
-		}
-		sl.rate, sl.burst, sl.epoch = c.Grant.Rate, c.Grant.Burst, c.Grant.Epoch
-		sl.nheld = 0
-		if c.Ceiling.Rate > c.Grant.Rate || c.Ceiling.Burst > c.Grant.Burst {
-			sl.push(held{rate: c.Ceiling.Rate, burst: c.Ceiling.Burst, until: c.Grant.Epoch})
-		}
-		sl.demand, sl.fast = c.Grant.Rate, c.Grant.Rate
-		sl.stamp = reg.clock
-	}
-	exp := now.Add(a.cfg.Lease)
-	for i := range a.regs {
-		if exp.After(a.regs[i].leaseExpiry) {
-			a.regs[i].leaseExpiry = exp
-		}
-		a.regs[i].revoked = false
-		a.regs[i].epoch += restoreEpochGap
 	}
 }
 
@@ -850,7 +802,7 @@ func (a *Allocator) apply(k int, s []slot, mode Mode, rate float64, burst int64,
 		var nb int64
 		switch act {
 		case actGrow:
-			if freeR < -tiny && mode != ModeFull {
+			if sumCR > R*(1+eps) && mode != ModeFull {
 				// The ceilings overstate the budget (cold floors, an older
 				// term's floors, or R shrank): a region may not really be
 				// enforcing its ceiling, so even a grow within it could add

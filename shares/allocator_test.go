@@ -406,18 +406,6 @@ func TestLapsedRegion(t *testing.T) {
 	if sum := l.rate("us-east") + l.rate("eu-west"); sum < 1000-fr-25 {
 		t.Fatalf("after the lease expired the others hold only %.1f of the %.1f left", sum, 1000-fr)
 	}
-	// The region comes back: its renewal carries the raised MinEpoch, so its
-	// old grant is not enforced again.
-	rn := l.report("ap-south", 600, apEpoch)
-	if rn.MinEpoch != revoke.MinEpoch {
-		t.Fatalf("Renewal.MinEpoch = %d, want %d", rn.MinEpoch, revoke.MinEpoch)
-	}
-	reg := shares.NewRegion("ap-south", cfg, 100*time.Millisecond)
-	reg.Apply(shares.Change{Tenant: "t", Region: "ap-south", Grant: shares.Grant{Rate: apRate, Burst: 60, Epoch: apEpoch}})
-	reg.Renewed(l.now, rn)
-	if rate, _, leased := reg.Effective(l.now, "t", b); rate != fr || leased {
-		t.Fatalf("returning region enforces (%v, leased %v), want its floor %v", rate, leased, fr)
-	}
 }
 
 // Pinned, static and full modes.
@@ -480,72 +468,6 @@ func TestModes(t *testing.T) {
 	}
 }
 
-// A new leader resumes from the persisted changes: a region may still
-// enforce the Ceiling persisted with its newest grant until it acknowledges
-// that grant, and epochs and minimum epochs continue.
-func TestRestore(t *testing.T) {
-	cfg := shares.DefaultConfig(regions...)
-	b := shares.Budget{Rate: 1000, Burst: 200}
-	old := newLeader(t, cfg, b)
-	old.converge(map[string]float64{"us-east": 1050, "eu-west": 300, "ap-south": 150})
-	usBefore := old.rate("us-east")
-	apBefore := old.rate("ap-south")
-	// The shift: the old leader writes us-east's shrink, then dies before
-	// us-east acknowledges it.
-	shifted := map[string]float64{"us-east": 150, "eu-west": 300, "ap-south": 1050}
-	for range 2 {
-		old.now = old.now.Add(cfg.Interval)
-		for _, r := range regions {
-			old.report(r, shifted[r], 0)
-		}
-		old.rebalance()
-	}
-	shrink := old.latest["us-east"]
-	if shrink.Grant.Rate >= usBefore || shrink.Ceiling.Rate < usBefore {
-		t.Fatalf("persisted us-east change %+v: want a shrink below %.1f whose Ceiling keeps %.1f", shrink, usBefore, usBefore)
-	}
-	var persisted []shares.Change
-	for _, r := range regions {
-		if c, ok := old.latest[r]; ok {
-			persisted = append(persisted, c)
-		}
-	}
-
-	nl := newLeader(t, cfg, b)
-	nl.now = old.now.Add(3 * time.Second)
-	nl.a.Restore(nl.now, persisted)
-	for _, c := range persisted {
-		want := c.Grant
-		want.FloorRate, want.FloorBurst = 0, 0 // Grants reports rates, bursts and epochs
-		if g := nl.a.Grants("t")[c.Region]; g != want {
-			t.Errorf("restored %s grant %+v, want %+v", c.Region, g, c.Grant)
-		}
-		nl.issued[c.Region] = c.Grant.Epoch
-	}
-	// Before us-east acknowledges, nothing grows into its old grant.
-	for step := range 3 {
-		nl.now = nl.now.Add(cfg.Interval)
-		for _, r := range regions {
-			rn := nl.report(r, shifted[r], 0)
-			if rn.MinEpoch < old.latest[r].MinEpoch {
-				t.Fatalf("%s: Renewal.MinEpoch %d below the persisted %d", r, rn.MinEpoch, old.latest[r].MinEpoch)
-			}
-		}
-		nl.rebalance()
-		if got := nl.rate("ap-south"); got > apBefore+1e-6 && got+nl.rate("eu-west")+usBefore > 1000 {
-			t.Fatalf("step %d: ap-south grew to %.1f into us-east's unacknowledged capacity", step, got)
-		}
-	}
-	// us-east acknowledges the persisted epoch: ap-south grows.
-	nl.now = nl.now.Add(cfg.Interval)
-	for _, r := range regions {
-		nl.report(r, shifted[r], nl.issued[r])
-	}
-	nl.rebalance()
-	if got := nl.rate("ap-south"); got <= apBefore+50 {
-		t.Fatalf("after us-east's acknowledgement ap-south is at %.1f, want well above %.1f", got, apBefore)
-	}
-}
 
 func TestBudgetValidate(t *testing.T) {
 	neg, one := -0.1, 1.0
@@ -735,48 +657,3 @@ func TestFloor(t *testing.T) {
 	}
 }
 
-// Persisted ceilings may overstate what regions enforce (they were true when
-// written). While the ceilings a new leader restored sum above R, nothing may
-// grow, not even within its own ceiling: the region may not really be
-// enforcing it, and the others may be.
-func TestRestoreOverstatedCeilings(t *testing.T) {
-	cfg := shares.DefaultConfig("a", "b")
-	b := shares.Budget{Rate: 100, Burst: 20}
-	a, err := shares.NewAllocator(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// a holds 40 but may still enforce an older 70; b holds 55: Σ
-	// ceilings 125 > R, while the old leader knew a had applied epoch 2.
-	a.Restore(t0, []shares.Change{
-		{Tenant: "t", Region: "a", Grant: shares.Grant{Rate: 40, Burst: 8, Epoch: 2}, Ceiling: shares.Ceiling{Rate: 70, Burst: 14}},
-		{Tenant: "t", Region: "b", Grant: shares.Grant{Rate: 55, Burst: 11, Epoch: 3}, Ceiling: shares.Ceiling{Rate: 55, Burst: 11}},
-	})
-	report := func(now time.Time, region string, perSec float64, applied uint64) {
-		u := perSec * cfg.Interval.Seconds()
-		if _, err := a.Report(now, shares.Report{Region: region, Interval: cfg.Interval, Applied: applied,
-			Usage: map[string]shares.Usage{"t": {Offered: u, Admitted: u}}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	budgets := map[string]shares.Budget{"t": b}
-	now := t0
-	for step := range 3 {
-		now = now.Add(cfg.Interval)
-		report(now, "a", 200, 0) // a wants far more, acknowledges nothing yet
-		report(now, "b", 55, 3)
-		for _, c := range a.Rebalance(now, budgets) {
-			if c.Region == "a" && c.Grant.Rate > 40 {
-				t.Fatalf("step %d: a grew to %+v within its ceiling while ceilings sum above R", step, c.Grant)
-			}
-		}
-	}
-	// a acknowledges epoch 2: ceilings 40 + (b's) fit; a may grow.
-	now = now.Add(cfg.Interval)
-	report(now, "a", 200, 2)
-	report(now, "b", 55, 3)
-	a.Rebalance(now, budgets)
-	if g := a.Grants("t")["a"]; g.Rate <= 40 {
-		t.Fatalf("after the acknowledgement a is at %+v, want a grow", g)
-	}
-}

@@ -5,13 +5,16 @@
 //
 // # Roles
 //
-// The coordinator's leader holds an [Allocator]. Every report interval each
-// region sends a [Report] (offered and admitted units per tenant, and the
-// highest grant epoch it applied); [Allocator.Report] answers with a
-// [Renewal] (a lease). Every rebalance interval [Allocator.Rebalance] returns
-// the grants that changed, as [Change]s to persist in etcd and deliver to the
-// regions in order. Each region keeps a [Region], which says what it
-// enforces for a tenant: its grant while its lease is valid, else its floor.
+// The coordinator's leader holds a [Leader]: one term, which runs an
+// [Allocator]. Every pod sends a [PodReport] (offered and admitted units per
+// tenant, the term and epoch of the grants it holds); [Leader.Report]
+// answers with an [Answer]: a lease and the region's grants that changed
+// since that epoch (all of them for a pod of another term), the cold floor
+// and the pod's fail-open share. [Leader.Rebalance] (every interval) and
+// [Leader.Grow] (when acknowledgements make room) change grants. Each pod
+// keeps a [Pod], which says what it enforces for a tenant. The protocol and
+// why it keeps the budget is docs/protocol.md; package protocheck checks it
+// under seeded faults.
 //
 // # Modes
 //

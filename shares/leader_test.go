@@ -381,3 +381,56 @@ func TestBudgetTransitions(t *testing.T) {
 		})
 	}
 }
+
+// A pod cut off from the coordinators keeps the floor of its last grant, but
+// lowers it as soon as its own reading of the budget does: when a pinned
+// tenant is rebalanced and the home region's pod is cut off, the others grow
+// once its lease has lapsed, and the cut-off pod is down to the rebalanced
+// floor by then.
+func TestCutOffPodLowersItsFloor(t *testing.T) {
+	b := map[string]shares.Budget{"t": {Rate: 300, Burst: 60, Mode: shares.ModePinned, Home: "a"}}
+	r := newRig(t, 1, []string{"a", "b"}, b, "a/1", "a/2", "b/1")
+	demand := map[string]float64{"a": 300, "b": 300}
+	r.learn("t", demand)
+	r.converge("t", demand, 6, 300)
+	if g := r.grant("a/2", "t"); g.FloorRate < 299 {
+		t.Fatalf("a/2's grant %+v: want the pinned home's whole budget as its floor", g)
+	}
+	// a/2 is cut off from the coordinators; the tenant is rebalanced.
+	r.budgets["t"] = shares.Budget{Rate: 300, Burst: 60}
+	r.pods["a/2"].LowerFloors(r.own("a/2")) // its copy of the budget changed
+	for i := range 15 {
+		for _, id := range []string{"a/1", "b/1"} {
+			r.report(id, "t", demand[r.region[id]], true)
+		}
+		r.rebalance()
+		r.safe("t", 300, fmt.Sprintf("round %d with a/2 cut off", i))
+		r.step(time.Second)
+	}
+	if gb := r.grant("b/1", "t").Rate; gb < 100 {
+		t.Fatalf("b holds %.1f/s: want it grown once a/2's lease lapsed", gb)
+	}
+}
+
+// A pod whose lease lapsed enforces nothing for a tenant it holds no grant
+// of: the leader stops counting the cold floor once the leased pods have the
+// tenant's first grant.
+func TestNoColdFloorWithoutLease(t *testing.T) {
+	b := map[string]shares.Budget{"t": {Rate: 300, Burst: 60}}
+	r := newRig(t, 1, []string{"a", "b"}, b, "a/1", "b/1", "b/2")
+	r.learn("t", map[string]float64{"a": 300})
+	r.converge("t", map[string]float64{"a": 300}, 3, 300)
+	// b/2 is cut off; a new tenant, pinned to a, appears.
+	r.budgets["u"] = shares.Budget{Rate: 30, Burst: 6, Mode: shares.ModePinned, Home: "a"}
+	for i := range 15 {
+		for _, id := range []string{"a/1", "b/1"} {
+			r.report(id, "u", map[string]float64{"a": 60, "b": 10}[r.region[id]], true)
+		}
+		r.rebalance()
+		r.safe("u", 30, fmt.Sprintf("round %d with b/2 cut off", i))
+		r.step(time.Second)
+	}
+	if ga := r.grant("a/1", "u").Rate; ga < 29 {
+		t.Fatalf("a holds %.1f/s of the pinned tenant, want all of it", ga)
+	}
+}

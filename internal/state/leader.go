@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -53,3 +54,8 @@ func (s *Store) ClaimTerm(ctx context.Context, fence clientv3.Cmp, term uint64) 
 	}
 	return len(r.Responses[0].GetResponseRange().Kvs) == 0, nil
 }
+
+// ErrFenced: a write guarded by a leader's fence was refused because the
+// writer no longer holds the leadership the fence names. Nothing was
+// written.
+var ErrFenced = errors.New("fenced: this coordinator is no longer the leader")
