@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/allot-dev/allot/shares"
 )
 

@@ -468,7 +468,6 @@ func TestModes(t *testing.T) {
 	}
 }
 
-
 func TestBudgetValidate(t *testing.T) {
 	neg, one := -0.1, 1.0
 	cases := []struct {
@@ -656,4 +655,3 @@ func TestFloor(t *testing.T) {
 		}
 	}
 }
-

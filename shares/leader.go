@@ -148,7 +148,7 @@ type leaderRegion struct {
 	// that how many reports fall between two rebalances does not matter.
 	latest map[string]podUsage
 	wStart time.Time
-	cold    Ceiling
+	cold   Ceiling
 	// shareD is the fail-open denominator, raised at epoch shareEpoch.
 	shareD     int
 	shareEpoch uint64
