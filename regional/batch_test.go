@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/allot-dev/allot/gcra"
 	"github.com/allot-dev/allot/gcra/memstore"
+	"github.com/allot-dev/allot/internal/wait"
 )
 
 // countingStore counts the round trips made to a memstore.
@@ -142,22 +145,61 @@ func TestDecideManyMatchesDecide(t *testing.T) {
 
 // TestDecideManyStoreDown: when the store fails, every request of the
 // batch is decided by its limits' on_failure (fail-open budget at the
-// fallback rate, fail-closed login denied), each counted.
+// fallback rate, fail-closed login denied), each counted. The fallback's
+// buckets start empty (the store may have spent the burst just before it
+// failed): the open tenants are admitted at 2/s from the first decision,
+// none at once.
 func TestDecideManyStoreDown(t *testing.T) {
 	p, _, cs := countingPod(t)
+	// The budget's fail-open share is the leader's: one pod, the whole
+	// pinned 5/s burst 3, lowered to the fallback_rate 2/s.
+	waitShare(t, p, 1)
 	cs.down.Store(true)
 	reqs := []Request{
 		{Descriptors: map[string]string{"tenant": "d1"}, Cost: 1},
 		{Descriptors: map[string]string{"tenant": "d2"}, Cost: 1},
 		{Descriptors: map[string]string{"tenant": "d3", "route": "/login"}, Cost: 1},
 	}
+	const interval = 500 * time.Millisecond // 2/s
+	rates := []*rateCheck{newRateCheck(t, interval), newRateCheck(t, interval)}
 	got := p.s.DecideMany(context.Background(), reqs)
-	for i, want := range []struct{ allowed, closed bool }{{true, false}, {true, false}, {false, true}} {
+	for i, want := range []struct{ allowed, closed bool }{{false, false}, {false, false}, {false, true}} {
 		if got[i].Err != nil || !got[i].Decision.Fallback || got[i].Decision.Allowed != want.allowed || got[i].Decision.Closed != want.closed {
 			t.Errorf("request %d with the store down = %+v, %v; want fallback, allowed %v, closed %v", i, got[i].Decision, got[i].Err, want.allowed, want.closed)
 		}
 	}
+	for i := range rates {
+		// Open, denied only by the empty bucket: the next unit comes at
+		// the fallback rate.
+		if d := got[i].Decision; d.Limit != "tenant" || d.RetryAfter <= 0 || d.RetryAfter > interval {
+			t.Errorf("request %d: %+v; want a retry-after within the fallback's %v", i, d, interval)
+		}
+		rates[i].add(got[i].Decision.Allowed)
+	}
 	if n := cs.manys.Load(); n != 1 {
 		t.Errorf("%d DecideMany calls for one batch, want 1", n)
+	}
+	// Then both open tenants are admitted, at the rate.
+	wait.Until(t, 10*time.Second, func() error {
+		got := p.s.DecideMany(context.Background(), reqs)
+		for i := range rates {
+			rates[i].add(got[i].Decision.Allowed)
+		}
+		if got[2].Decision.Allowed || !got[2].Decision.Closed {
+			t.Fatalf("login with the store down = %+v; want denied, closed", got[2].Decision)
+		}
+		for i, r := range rates {
+			if r.admitted == 0 {
+				return fmt.Errorf("tenant d%d not admitted yet", i+1)
+			}
+		}
+		return nil
+	})
+	var counted float64
+	for _, reason := range []string{"error", "breaker_open"} {
+		counted += testutil.ToFloat64(p.s.m.fallback.WithLabelValues("tenant", "us-east", reason))
+	}
+	if want := rates[0].decisions + rates[1].decisions; counted != float64(want) {
+		t.Errorf("fallback decisions counted for tenant = %v, want %d", counted, want)
 	}
 }

@@ -503,13 +503,16 @@ func (s *Service) fallbackDecide(ctx context.Context, enforced *items, reason st
 		lim, ok := fallbackLimit(it.l, it.req.Limit, share, it.req.Cost)
 		if !ok {
 			// No fail-open share of the budget (no lease, or one not yet
-			// handed out), or a share of the burst below the cost: deny.
-			s.countFallback(it.l.Name, reason, "no_share")
+			// handed out), or a share of the burst below the cost: deny,
+			// counted under reason no_share.
+			s.countFallback(it.l.Name, "no_share", "closed")
 			q, w := quota(it.l)
 			return Decision{Limit: it.l.Name, RetryAfter: time.Second, Fallback: true, Closed: true, Quota: q, Window: w}, it.lc
 		}
 		reqs[i] = gcra.Request{Key: it.req.Key, Limit: lim, Cost: it.req.Cost}
-		s.countFallback(it.l.Name, reason, "open")
+	}
+	for i := range reqs {
+		s.countFallback(enforced.at(i).l.Name, reason, "open")
 	}
 	d, err := s.local.Decide(ctx, reqs)
 	if err != nil {

@@ -58,6 +58,9 @@ func redisPod(t *testing.T) (*pod, *redis.Client) {
 	// Generous: a decision that missed the timeout would be a fallback.
 	p := startPod(t, store, func(c *Config) { c.StoreTimeout = 5 * time.Second })
 	p.applyPolicy(t, leaseCompositePolicy, "t1", limits(3))
+	// The leader enforces a tenant's budget here: wait until it took up the
+	// big tier (pinned here, so its cold floor is the whole budget).
+	waitBudget(t, p, "t1", 1000.0/3600, 1000)
 	return p, rc
 }
 
@@ -260,6 +263,11 @@ func TestDecideManyLeasedMatchesDecide(t *testing.T) {
 	single, sclock, _ := countingPod(t)
 	batched.applyPolicy(t, leaseCompositePolicy, "t1", limits(3))
 	single.applyPolicy(t, leaseCompositePolicy, "t1", limits(3))
+	// Both pods must enforce the same budget for every tenant: each
+	// round's new tenants get their leader's cold floor, the whole pinned
+	// budget, as do their grants later (pinned: floors are the whole split).
+	waitBudget(t, batched, "t1", 1000.0/3600, 1000)
+	waitBudget(t, single, "t1", 1000.0/3600, 1000)
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(12, 1))
 	denied := map[string]int{}

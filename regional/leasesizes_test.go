@@ -35,6 +35,8 @@ tiers:
 func TestLeasedLimitsOfDifferentSizes(t *testing.T) {
 	p, _ := memPod(t)
 	p.applyPolicy(t, leaseSizesPolicy, "t1", limits(3))
+	// The leader enforces the budget: wait until it took up the big tier.
+	waitBudget(t, p, "t1", 1e6, 1e6)
 	ctx := context.Background()
 	req := map[string]string{"tenant": "t1", "machine": "m1", "key": "k1"}
 	for i := range 30 {

@@ -59,7 +59,7 @@ func (a *answerCheck) refused(err error) {
 	}
 	a.mu.Unlock()
 	if warn {
-		a.log.Warn("the coordinator refused this pod's report as unauthenticated: the pod holds no lease and enforces its floors "+
+		a.log.Warn("the coordinator refused this pod's report as unauthenticated: its lease lapses: it enforces the floors a leader gave it, or nothing if none ever answered it "+
 			"(logged at most every 30s)", "err", status.Convert(err).Message())
 	}
 }

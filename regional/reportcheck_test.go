@@ -98,10 +98,14 @@ func TestShortLeaseWarned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 1.5s lease − 1.3s drift = 200ms < 300ms between reports.
-	p := startPodOn(t, etcd, ms, func(c *Config) {
+	// 1.5s lease − 1.3s drift = 200ms < 300ms between reports. The pod
+	// starts with no leader (this test's is started next): not ready.
+	p := startPodWith(t, etcd, ms, func(c *Config) {
 		c.ReportInterval, c.Drift, c.Logger = 300*time.Millisecond, 1300*time.Millisecond, logs.logger()
-	})
+	}, false)
+	if p.s.Ready() {
+		t.Fatal("pod ready before any leader answered it")
+	}
 	startLeader(t, etcd, nil)
 	redistest.Eventually(t, 15*time.Second, func() error {
 		if n := testutil.ToFloat64(p.s.m.reports.WithLabelValues("accepted")); n < 3 {
@@ -109,6 +113,10 @@ func TestShortLeaseWarned(t *testing.T) {
 		}
 		return nil
 	})
+	// Answered: ready, though its lease lapses between reports.
+	if !p.s.Ready() {
+		t.Error("pod not ready after the leader answered it")
+	}
 	const msg = "lapses between reports"
 	if n := strings.Count(logs.String(), msg); n != 1 {
 		t.Errorf("pod logged %q %d times over several short leases, want once; logs:\n%s", msg, n, logs.String())
@@ -128,9 +136,12 @@ func TestLeaseOutlastsReportsNoWarning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := startPodOn(t, etcd, ms, func(c *Config) {
+	p := startPodWith(t, etcd, ms, func(c *Config) {
 		c.ReportInterval, c.Logger = 200*time.Millisecond, logs.logger()
-	})
+	}, false)
+	if p.s.Ready() {
+		t.Fatal("pod ready before any leader answered it")
+	}
 	startLeader(t, etcd, nil)
 	redistest.Eventually(t, 15*time.Second, func() error {
 		if n := testutil.ToFloat64(p.s.m.reports.WithLabelValues("accepted")); n < 3 {
@@ -138,6 +149,9 @@ func TestLeaseOutlastsReportsNoWarning(t *testing.T) {
 		}
 		return nil
 	})
+	if !p.s.Ready() || !p.s.Leased() {
+		t.Errorf("pod after 3 accepted reports: ready %v, leased %v; want both", p.s.Ready(), p.s.Leased())
+	}
 	if strings.Contains(logs.String(), "lapses between reports") {
 		t.Errorf("pod warned about a lease that outlasts its reports: %s", logs.String())
 	}
@@ -173,9 +187,11 @@ func TestReportToken(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := startPodOn(t, etcd, ms, func(cfg *Config) {
+			// This test's leader checks tokens: no coordinator of
+			// startPodOn's, and not ready until (unless) it answers.
+			p := startPodWith(t, etcd, ms, func(cfg *Config) {
 				cfg.Pod, cfg.ReportToken, cfg.ReportInterval, cfg.Logger = "pod-"+c.name, c.token, 100*time.Millisecond, logs.logger()
-			})
+			}, false)
 			result := "accepted"
 			if !c.leased {
 				result = "failed"
@@ -188,6 +204,14 @@ func TestReportToken(t *testing.T) {
 			})
 			if p.s.Leased() != c.leased {
 				t.Errorf("pod with token %q: Leased() = %v, want %v", c.token, p.s.Leased(), c.leased)
+			}
+			// A pod no leader ever answered enforces nothing for budget
+			// limits and is not ready.
+			if p.s.Ready() != c.leased {
+				t.Errorf("pod with token %q: Ready() = %v, want %v", c.token, p.s.Ready(), c.leased)
+			}
+			if code, _ := get(t, p.http.URL+"/readyz"); (code == 200) != c.leased {
+				t.Errorf("pod with token %q: /readyz = %d, want ready %v", c.token, code, c.leased)
 			}
 			if c.leased {
 				if n := testutil.ToFloat64(p.s.m.reports.WithLabelValues("failed")); n != 0 {

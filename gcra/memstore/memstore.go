@@ -117,8 +117,15 @@ func (sh *shard) get(key string, now int64) gcra.State {
 	return e.s
 }
 
-func (sh *shard) put(key string, st gcra.State, now int64) {
-	sh.m[key] = entry{s: st, expires: now + gcra.Expiry(st, now).Microseconds()}
+// put stores st for key. With StartEmpty a key is kept a whole burst's
+// interval longer than it needs: a missing key starts empty, not rested, so
+// dropping one at its TAT would deny a request that is due then.
+func (s *Store) put(sh *shard, key string, st gcra.State, now int64) {
+	exp := now + gcra.Expiry(st, now).Microseconds()
+	if s.empty {
+		exp += st.T * st.Burst
+	}
+	sh.m[key] = entry{s: st, expires: exp}
 }
 
 // Decide decides reqs at the clock's instant: one request as
@@ -141,9 +148,9 @@ func (s *Store) Decide(ctx context.Context, reqs []gcra.Request) (gcra.Decision,
 		ns, res, write := gcra.DecideMicros(st, now, r.Limit, r.Cost)
 		switch {
 		case write:
-			sh.put(r.Key, ns, now)
+			s.put(sh, r.Key, ns, now)
 		case fresh:
-			sh.put(r.Key, st, now) // denied, but drained from now on
+			s.put(sh, r.Key, st, now) // denied, but drained from now on
 		}
 		sh.mu.Unlock()
 		return gcra.Decision{Result: res}, nil
@@ -181,9 +188,9 @@ func (s *Store) decideAll(reqs []gcra.Request, now int64) gcra.Decision {
 	for i := range reqs {
 		switch {
 		case out.Write[i]:
-			s.shards[idx[i]].put(reqs[i].Key, out.States[i], now)
+			s.put(&s.shards[idx[i]], reqs[i].Key, out.States[i], now)
 		case fresh != nil && fresh[i]:
-			s.shards[idx[i]].put(reqs[i].Key, items[i].State, now)
+			s.put(&s.shards[idx[i]], reqs[i].Key, items[i].State, now)
 		}
 	}
 	last = -1

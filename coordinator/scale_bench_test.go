@@ -1,0 +1,123 @@
+package coordinator
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	allotv1 "github.com/allot-dev/allot/proto/allot/v1"
+	"github.com/allot-dev/allot/shares"
+)
+
+// BenchmarkLeaderScale is the leader under synthetic reports: N tenants,
+// 3 regions × 4 pods, every pod reporting every tenant each interval with
+// ±10% noise around a steady split, then one rebalance. One op is one
+// interval: 12 reports answered and one rebalance. It reports the rebalance
+// alone (rebalance-ns), the leader's heap per tenant-region after
+// converging, the bytes of one report and of one steady answer on the wire,
+// and the grant changes per interval at steady state. Nothing is written to
+// etcd: the leader holds every grant in memory.
+func BenchmarkLeaderScale(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprintf("tenants=%d", n), func(b *testing.B) { benchLeaderScale(b, n) })
+	}
+}
+
+func benchLeaderScale(b *testing.B, n int) {
+	regions := []string{"us-east", "eu-west", "ap-south"}
+	const podsPerRegion = 4
+	now := time.Unix(1_800_000_000, 0)
+	cfg := shares.LeaderConfig{Config: shares.DefaultConfig(regions...), Term: 1, First: true}
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	l, err := shares.NewLeader(now, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l.SetDefault(&shares.Budget{Rate: 100, Burst: 20})
+	names := make([]string, n)
+	budgets := make(map[string]shares.Budget, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("tenant-%07d", i)
+		budgets[names[i]] = shares.Budget{Rate: 100, Burst: 20}
+	}
+	split := []float64{0.6, 0.3, 0.1}
+	rng := rand.New(rand.NewPCG(1, 2))
+	type pod struct {
+		region, id string
+		st         *shares.Pod
+	}
+	var pods []pod
+	for _, r := range regions {
+		for k := range podsPerRegion {
+			pods = append(pods, pod{region: r, id: fmt.Sprintf("%s-%d", r, k), st: shares.NewPod(r, 0)})
+		}
+	}
+	usage := make([]map[string]shares.Usage, len(pods))
+	var reportBytes, answerBytes int
+	interval := func(measure bool) (changes int, rebalance time.Duration) {
+		now = now.Add(cfg.Interval)
+		for i, p := range pods {
+			u := usage[i]
+			if u == nil {
+				u = make(map[string]shares.Usage, n)
+				usage[i] = u
+			}
+			ri := i / podsPerRegion
+			for _, t := range names {
+				x := 150 * split[ri] / podsPerRegion * cfg.Interval.Seconds() * (0.9 + 0.2*rng.Float64())
+				u[t] = shares.Usage{Offered: x, Admitted: min(x, 100*split[ri]/podsPerRegion*cfg.Interval.Seconds())}
+			}
+			term, applied := p.st.State()
+			a, err := l.Report(now, shares.PodReport{Region: p.region, Pod: p.id, Term: term, Applied: applied,
+				Interval: cfg.Interval, Usage: u, LivePods: podsPerRegion})
+			if err != nil {
+				b.Fatal(err)
+			}
+			p.st.Answered(now, a, nil)
+			if measure && i == 0 {
+				req := &allotv1.ReportRequest{Region: p.region, Pod: p.id, IntervalMs: 2000, Term: term, AppliedEpoch: applied, LivePods: 4}
+				for t, x := range u {
+					req.Usage = append(req.Usage, &allotv1.TenantUsage{Tenant: t, Offered: x.Offered, Admitted: x.Admitted})
+				}
+				resp := &allotv1.ReportResponse{Accepted: true, LeaseMs: 10000, Term: a.Term, Epoch: a.Epoch}
+				for _, e := range a.Entries {
+					resp.Grants = append(resp.Grants, ToGrantPB(e))
+				}
+				reportBytes, answerBytes = proto.Size(req), proto.Size(resp)
+			}
+		}
+		start := time.Now()
+		ch := l.Rebalance(now, budgets)
+		return len(ch), time.Since(start)
+	}
+	// Converge.
+	for range 40 {
+		interval(false)
+	}
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	heap := float64(after.HeapAlloc) - float64(before.HeapAlloc)
+	// The pods' own state and the reused usage maps are on the heap too:
+	// this over-states the leader's share.
+	b.ResetTimer()
+	var changes int
+	var reb time.Duration
+	for range b.N {
+		c, d := interval(true)
+		changes += c
+		reb += d
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(reb.Nanoseconds())/float64(b.N), "rebalance-ns")
+	b.ReportMetric(heap/float64(n*len(regions)), "heap-B/tenant-region")
+	b.ReportMetric(float64(reportBytes), "B/report")
+	b.ReportMetric(float64(answerBytes), "B/steady-answer")
+	b.ReportMetric(float64(changes)/float64(b.N), "changes/interval")
+}
