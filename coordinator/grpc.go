@@ -1,8 +1,11 @@
 package coordinator
 
 import (
+	"fmt"
+
 	"context"
 	"errors"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"time"
 
 	"google.golang.org/grpc"
@@ -89,6 +92,13 @@ func (g *grpcAPI) Report(ctx context.Context, r *allotv1.ReportRequest) (*allotv
 	if err != nil {
 		return nil, GRPCError(err)
 	}
+	if ans.RegionRemoved {
+		// Refused as invalid; the detail tells an honest pod of that
+		// region to drop what it holds (its region left the policy).
+		st, _ := status.New(codes.InvalidArgument, fmt.Sprintf("region %q is not in the policy", r.GetRegion())).
+			WithDetails(&errdetails.ErrorInfo{Reason: ReasonRegionNotInPolicy, Domain: "allot"})
+		return nil, st.Err()
+	}
 	out := &allotv1.ReportResponse{
 		Accepted: true, Leader: g.c.cfg.GRPCAddr, LeaseMs: ans.Lease.Milliseconds(),
 		Term: ans.Term, Learning: ans.Learning, Full: ans.Full, Epoch: ans.Epoch,
@@ -103,6 +113,10 @@ func (g *grpcAPI) Report(ctx context.Context, r *allotv1.ReportRequest) (*allotv
 	}
 	return out, nil
 }
+
+// ReasonRegionNotInPolicy is the ErrorInfo reason of a report refused
+// because its region is not in the policy.
+const ReasonRegionNotInPolicy = "REGION_NOT_IN_POLICY"
 
 // ToGrantPB is a grant as sent.
 func ToGrantPB(e shares.Entry) *allotv1.Grant {

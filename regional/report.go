@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -196,6 +197,13 @@ func (r *reporter) report(ctx context.Context, usage map[string]shares.Usage, in
 		sentAt := r.s.cfg.Now()
 		resp, err := cl.Report(rctx, req, grpc.MaxCallRecvMsgSize(maxAnswerBytes))
 		cancel()
+		if regionNotInPolicy(err) {
+			r.s.m.reports.WithLabelValues("region_removed").Inc()
+			r.s.log.Warn("the leader says this pod's region is not in the policy: enforcing nothing for budget limits",
+				"region", r.s.cfg.Region)
+			r.s.view.removed()
+			return
+		}
 		if status.Code(err) == codes.FailedPrecondition {
 			// The leader has no policy yet (it loads one at its next
 			// rebalance): not a failure of this pod's.
@@ -234,6 +242,21 @@ func (r *reporter) report(ctx context.Context, usage map[string]shares.Usage, in
 		r.s.view.answered(sentAt, answerFromPB(resp), r.s.cfg.Now())
 		return
 	}
+}
+
+// regionNotInPolicy reports whether a report was refused because the pod's
+// region is not in the policy.
+func regionNotInPolicy(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.InvalidArgument {
+		return false
+	}
+	for _, d := range st.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetReason() == "REGION_NOT_IN_POLICY" {
+			return true
+		}
+	}
+	return false
 }
 
 // maxAnswerBytes bounds an answer (a full sync of every grant of a region:

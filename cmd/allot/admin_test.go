@@ -129,8 +129,8 @@ func TestAdminCLI(t *testing.T) {
 	var out string
 	wait.Until(t, 10*time.Second, func() error {
 		out, _, _ = runCLI(t, "shares", "t3", "--coordinator", url)
-		if !strings.Contains(out, "(from leader)") {
-			return fmt.Errorf("shares not from the leader yet: %s", out)
+		if !strings.Contains(out, "(from leader)") || strings.Contains(out, " floor\n") {
+			return fmt.Errorf("shares not from the leader's grants yet: %s", out)
 		}
 		return nil
 	})
