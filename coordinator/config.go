@@ -35,8 +35,9 @@ type Config struct {
 	// leader takes over).
 	Lease time.Duration
 	// TenantIdleTimeout: a tenant with no budget record and no policy entry
-	// that no pod reported for this long is forgotten (its grants dropped;
-	// it returns on cold floors). 0 keeps every tenant. Default 5m.
+	// that no pod reported for this long leaves the rebalances (its last
+	// grants stay with the leader and the pods). 0 keeps every tenant.
+	// Default 5m.
 	TenantIdleTimeout time.Duration
 	// MaxTenants caps the tenants the leader tracks from reports (budget
 	// records and policy tenants are always tracked); beyond it, further
