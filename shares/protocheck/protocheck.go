@@ -689,8 +689,11 @@ func (w *world) oneFault() {
 	pods := w.livePods()
 	heal := w.dur(2*time.Second, 20*time.Second)
 	switch k := w.rng.IntN(14); k {
-	case 0: // pod cut from etcd
+	case 0: // pod cut from etcd (one link at a time: not while it is cut from the coordinators)
 		p := pods[w.rng.IntN(len(pods))]
+		if p.coordCut {
+			return
+		}
 		p.etcdCut = true
 		w.logf("fault: %s cut from etcd for %v", p.id, heal)
 		w.at(heal, func() {
@@ -699,8 +702,11 @@ func (w *world) oneFault() {
 			p.leader = w.elect
 			w.logf("heal: %s reaches etcd", p.id)
 		})
-	case 1: // pod cut from the coordinators
+	case 1: // pod cut from the coordinators (not while it is cut from etcd)
 		p := pods[w.rng.IntN(len(pods))]
+		if p.etcdCut {
+			return
+		}
 		p.coordCut = true
 		w.logf("fault: %s cut from the coordinators for %v", p.id, heal)
 		w.at(heal, func() { p.coordCut = false; w.logf("heal: %s reaches the coordinators", p.id) })
