@@ -26,7 +26,7 @@ test: ## run every test against real redis-server (needs redis-server on PATH)
 	@command -v redis-server >/dev/null || { echo "make test: redis-server not found; install it (apt-get install -y redis-server) or run .ci/run" >&2; exit 1; }
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 15m $$($(GO) list $(PKGS) | grep -v /shares/protocheck)
-	$(GO) test -count=1 -timeout 5m ./shares/protocheck -run TestProtocol -seeds 1600 -v
+	$(GO) test -count=1 -timeout 5m ./shares/protocheck -run TestProtocol -seeds 2000 -v
 
 SEEDS ?= 100000
 .PHONY: check-protocol

@@ -823,9 +823,10 @@ func (a *Allocator) apply(k int, s []slot, mode Mode, rate float64, burst int64,
 		case nr == 0 && act == actGrow:
 			nb = 0
 		case freeB < 0 && mode != ModeFull && s[i].epoch == 0:
-			// likewise for bursts; a region with no grant yet may not
-			// really be enforcing its floor burst: none until they fit
-			nb = 0
+			// likewise for bursts: a region with no grant yet may not
+			// really be enforcing its floor burst, so it gets a zero
+			// grant (which retires its cold floor) until they fit
+			nr, nb = 0, 0
 		case freeB < 0 && mode != ModeFull:
 			nb = min(a.tb[i], a.curB[i]) // likewise for bursts
 		case a.tb[i] <= a.cb[i]:
