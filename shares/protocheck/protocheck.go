@@ -148,6 +148,8 @@ type coord struct {
 	stopAt  time.Duration // when a deposed leader notices (-1: not deposed)
 	tracked map[string]bool
 	regions []string // the regions of its term
+	elected uint64   // its election's number
+	sub     uint64   // terms it started in that election
 }
 
 type pod struct {
@@ -380,6 +382,8 @@ func (w *world) election() {
 	}
 	c := cands[w.rng.IntN(len(cands))]
 	w.elect = c.id
+	w.term++
+	c.elected, c.sub = w.term, 0
 	c.leading = true
 	w.startTerm(c)
 	for _, p := range w.pods {
@@ -388,11 +392,16 @@ func (w *world) election() {
 }
 
 func (w *world) startTerm(c *coord) {
-	w.term++
+	// As the coordinator numbers terms: the election (a revision, larger
+	// for every later leader) in the high bits, then the terms this
+	// leadership started (a deposed leader that has not noticed may still
+	// start one, below every later leader's).
+	c.sub++
+	term := c.elected<<20 | c.sub
 	s := &w.snaps[c.view]
 	cfg := shares.LeaderConfig{
 		Config:   shares.DefaultConfig(s.regions...),
-		Term:     w.term,
+		Term:     term,
 		Learning: w.opt.Lease + w.opt.SessionTTL,
 		ValidTenant: func(t string) error {
 			if strings.ContainsAny(t, "/{}") || strings.Contains(t, "..") {
@@ -415,7 +424,7 @@ func (w *world) startTerm(c *coord) {
 	clear(c.tracked)
 	w.setCold(c)
 	w.res.Terms++
-	w.logf("coordinator %d leads term %d (regions %v, learning until %v)", c.id, w.term, s.regions, (w.now + cfg.Learning).Seconds())
+	w.logf("coordinator %d leads term %d (regions %v, learning until %v)", c.id, term, s.regions, (w.now + cfg.Learning).Seconds())
 }
 
 func (w *world) setCold(c *coord) {
