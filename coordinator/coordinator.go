@@ -441,6 +441,7 @@ func (c *Coordinator) refreshPolicy(ctx context.Context, t *term) error {
 	cfg := shares.LeaderConfig{
 		Config:      c.cfg.allocatorConfig(doc.Regions),
 		Learning:    c.cfg.Lease + c.cfg.SessionTTL,
+		MaxTenants:  c.cfg.MaxTenants,
 		ValidTenant: policy.ValidateTenant,
 	}
 	t.sub++

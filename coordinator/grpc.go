@@ -103,7 +103,7 @@ func (g *grpcAPI) Report(ctx context.Context, r *allotv1.ReportRequest) (*allotv
 		Accepted: true, Leader: g.c.cfg.GRPCAddr, LeaseMs: ans.Lease.Milliseconds(),
 		Term: ans.Term, Learning: ans.Learning, Full: ans.Full, Epoch: ans.Epoch,
 		ColdRate: ans.Cold.Rate, ColdBurst: ans.Cold.Burst, SharePods: int32(ans.SharePods), Pods: int32(ans.Pods),
-		Coordinators: ans.Coordinators, RegionRemoved: ans.RegionRemoved,
+		Coordinators: ans.Coordinators,
 	}
 	if len(ans.Entries) > 0 {
 		out.Grants = make([]*allotv1.Grant, len(ans.Entries))
@@ -126,11 +126,6 @@ func ToGrantPB(e shares.Entry) *allotv1.Grant {
 
 func fromGrantPB(g *allotv1.Grant) shares.Grant {
 	return shares.Grant{Rate: g.GetRate(), Burst: g.GetBurst(), FloorRate: g.GetFloorRate(), FloorBurst: g.GetFloorBurst(), Epoch: g.GetEpoch()}
-}
-
-// FromGrantPB is a received grant.
-func FromGrantPB(g *allotv1.Grant) shares.Entry {
-	return shares.Entry{Tenant: g.GetTenant(), Grant: fromGrantPB(g)}
 }
 
 func (g *grpcAPI) authorize(ctx context.Context) error {

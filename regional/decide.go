@@ -217,7 +217,7 @@ func (s *Service) plan(p *plan, te *tenantEntry, d map[string]string, cost int64
 			if now.IsZero() {
 				now = s.cfg.Now()
 			}
-			rate, burst, _ := s.view.effective(now, te.resolved.Tenant, te.budget)
+			rate, burst, _ := s.view.effective(now, te)
 			// The region's share (grant or floor) is slower than the budget
 			// and may rest longer than gcra's window: Fit lowers its burst
 			// to fit, admitting less, never more, than the share.

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/allot-dev/allot/gcra/memstore"
 	"github.com/allot-dev/allot/internal/coordtest"
 	"github.com/allot-dev/allot/internal/etcdtest"
@@ -38,8 +40,14 @@ func TestGrantAppliedAndLeaseLapse(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(300 * time.Millisecond) // several report intervals
-	if r, _, _ := p.s.view.effective(time.Now(), "t9", budget().budget); r != 0 || p.s.Ready() {
+	// Several reports went out, none answered.
+	redistest.Eventually(t, 5*time.Second, func() error {
+		if n := testutil.ToFloat64(p.s.m.reports.WithLabelValues("no_leader")); n < 2 {
+			return fmt.Errorf("%v reports found no leader, want 2", n)
+		}
+		return nil
+	})
+	if r, _, _ := p.s.view.effective(time.Now(), budget()); r != 0 || p.s.Ready() {
 		t.Fatalf("before any leader: effective %v/s, ready %v; want 0 and not ready", r, p.s.Ready())
 	}
 	if d, err := p.s.Decide(ctx, map[string]string{"tenant": "t9"}, 1); err != nil || d.Allowed {
@@ -57,8 +65,8 @@ func TestGrantAppliedAndLeaseLapse(t *testing.T) {
 		if !p.s.Ready() || !q.s.Ready() {
 			return errors.New("pods not ready")
 		}
-		r, _, leased := p.s.view.effective(time.Now(), "t9", budget().budget)
-		rq, _, _ := q.s.view.effective(time.Now(), "t9", budget().budget)
+		r, _, leased := p.s.view.effective(time.Now(), budget())
+		rq, _, _ := q.s.view.effective(time.Now(), budget())
 		if !leased || r <= 5 || r != rq {
 			return fmt.Errorf("pods enforce %v/s (leased %v) and %v/s; want the same leased grant above the floor", r, leased, rq)
 		}
@@ -70,7 +78,7 @@ func TestGrantAppliedAndLeaseLapse(t *testing.T) {
 	coord.Stop()
 	start := time.Now()
 	redistest.Eventually(t, 5*time.Second, func() error {
-		if r, _, leased := p.s.view.effective(time.Now(), "t9", budget().budget); leased || r != 5 {
+		if r, _, leased := p.s.view.effective(time.Now(), budget()); leased || r != 5 {
 			return fmt.Errorf("still enforcing %v/s leased %v", r, leased)
 		}
 		return nil

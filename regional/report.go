@@ -227,13 +227,6 @@ func (r *reporter) report(ctx context.Context, usage map[string]shares.Usage, in
 			r.peers = p
 			r.mu.Unlock()
 		}
-		if resp.GetRegionRemoved() {
-			r.s.m.reports.WithLabelValues("region_removed").Inc()
-			r.s.log.Warn("the leader says this pod's region is not in the policy: enforcing nothing for budget limits",
-				"region", r.s.cfg.Region)
-			r.s.view.removed()
-			return
-		}
 		if resp.GetLearning() {
 			r.s.m.reports.WithLabelValues("learning").Inc()
 		} else {

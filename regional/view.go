@@ -56,7 +56,8 @@ type tenantEntry struct {
 	gen      uint64
 	resolved policy.Resolved
 	budget   shares.Budget
-	shadow   bool // the tenant's budget record is in shadow mode
+	own      shares.Ceiling // the budget's floor here by the pod's own reading
+	shadow   bool           // the tenant's budget record is in shadow mode
 	// limits holds, per resolved limit (same index), what the decide path
 	// would otherwise work out again on every request.
 	limits []limitCache
@@ -119,6 +120,8 @@ func (v *view) tenant(id string) *tenantEntry {
 	te.resolved = doc.Resolve(id)
 	rb := doc.TenantBudget(id, over)
 	te.budget = rb.Shares()
+	fr, fb := shares.Floor(te.budget, doc.Regions, v.region)
+	te.own = shares.Ceiling{Rate: fr, Burst: fb}
 	te.limits = make([]limitCache, len(te.resolved.Limits))
 	for i := range te.resolved.Limits {
 		l := &te.resolved.Limits[i]
@@ -145,12 +148,12 @@ func (v *view) tenant(id string) *tenantEntry {
 	return te
 }
 
-// effective returns the rate and burst the pod enforces now for a tenant's
-// budget b on the Redis path, and whether it comes from a leased grant.
-func (v *view) effective(now time.Time, tenant string, b shares.Budget) (float64, int64, bool) {
+// effective returns the rate and burst the pod enforces now for te's
+// budget on the Redis path, and whether it comes from a leased grant.
+func (v *view) effective(now time.Time, te *tenantEntry) (float64, int64, bool) {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	return v.pod.Effective(now, tenant, v.ownLocked(b))
+	return v.pod.Effective(now, te.resolved.Tenant, te.own)
 }
 
 // ownLocked is a budget's floor in this region by the pod's own reading of

@@ -433,4 +433,8 @@ func TestNoColdFloorWithoutLease(t *testing.T) {
 	if ga := r.grant("a/1", "u").Rate; ga < 29 {
 		t.Fatalf("a holds %.1f/s of the pinned tenant, want all of it", ga)
 	}
+	// Whatever its own reading says, the cut-off pod enforces nothing for u.
+	if rate, burst, _ := r.pods["b/2"].Effective(r.now, "u", shares.Ceiling{Rate: 100, Burst: 10}); rate != 0 || burst != 0 {
+		t.Fatalf("b/2, its lease lapsed and holding no grant of u, enforces %.1f/s burst %d", rate, burst)
+	}
 }

@@ -11,7 +11,10 @@ import (
 	"github.com/allot-dev/allot/shares/protocheck"
 )
 
-var seeds = flag.Int("seeds", 2000, "seeds to run")
+var (
+	seeds = flag.Int("seeds", 2000, "seeds to run")
+	from  = flag.Uint64("from", 1, "first seed")
+)
 
 // runSeeds runs n seeds in parallel and returns the failing results, the
 // shortest (fewest events) first.
@@ -39,7 +42,7 @@ func runSeeds(n int, opt protocheck.Options) (fails []protocheck.Result, total p
 		})
 	}
 	for s := range uint64(n) {
-		next <- s + 1
+		next <- *from + s
 	}
 	close(next)
 	wg.Wait()
@@ -59,8 +62,8 @@ func TestProtocol(t *testing.T) {
 		n = 200
 	}
 	fails, total := runSeeds(n, protocheck.Options{})
-	t.Logf("%d seeds: %d events, %d reports (%d rejected), %d terms, %d faults; peak Σ/R %.4f; %d violations",
-		n, total.Events, total.Reports, total.Rejected, total.Terms, total.Faults, total.PeakRatio, len(fails))
+	t.Logf("%d seeds from %d: %d events, %d reports (%d rejected), %d terms, %d faults; peak Σ/R %.4f; %d violations",
+		n, *from, total.Events, total.Reports, total.Rejected, total.Terms, total.Faults, total.PeakRatio, len(fails))
 	if len(fails) > 0 {
 		f := fails[0]
 		r := protocheck.Run(f.Seed, protocheck.Options{})

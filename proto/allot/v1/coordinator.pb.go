@@ -309,9 +309,7 @@ type ReportResponse struct {
 	Pods int32 `protobuf:"varint,13,opt,name=pods,proto3" json:"pods,omitempty"`
 	// gRPC addresses of every coordinator taking part in the election, to
 	// try when the leader and etcd are out of reach.
-	Coordinators []string `protobuf:"bytes,14,rep,name=coordinators,proto3" json:"coordinators,omitempty"`
-	// The pod's region is not in the policy: it drops every grant and floor.
-	RegionRemoved bool `protobuf:"varint,15,opt,name=region_removed,json=regionRemoved,proto3" json:"region_removed,omitempty"`
+	Coordinators  []string `protobuf:"bytes,14,rep,name=coordinators,proto3" json:"coordinators,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -444,13 +442,6 @@ func (x *ReportResponse) GetCoordinators() []string {
 	return nil
 }
 
-func (x *ReportResponse) GetRegionRemoved() bool {
-	if x != nil {
-		return x.RegionRemoved
-	}
-	return false
-}
-
 var File_allot_v1_coordinator_proto protoreflect.FileDescriptor
 
 const file_allot_v1_coordinator_proto_rawDesc = "" +
@@ -478,7 +469,7 @@ const file_allot_v1_coordinator_proto_rawDesc = "" +
 	"floor_rate\x18\x04 \x01(\x01R\tfloorRate\x12\x1f\n" +
 	"\vfloor_burst\x18\x05 \x01(\x03R\n" +
 	"floorBurst\x12\x14\n" +
-	"\x05epoch\x18\x06 \x01(\x04R\x05epoch\"\xb9\x03\n" +
+	"\x05epoch\x18\x06 \x01(\x04R\x05epoch\"\x92\x03\n" +
 	"\x0eReportResponse\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x19\n" +
@@ -496,8 +487,7 @@ const file_allot_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
 	"share_pods\x18\f \x01(\x05R\tsharePods\x12\x12\n" +
 	"\x04pods\x18\r \x01(\x05R\x04pods\x12\"\n" +
-	"\fcoordinators\x18\x0e \x03(\tR\fcoordinators\x12%\n" +
-	"\x0eregion_removed\x18\x0f \x01(\bR\rregionRemoved2J\n" +
+	"\fcoordinators\x18\x0e \x03(\tR\fcoordinators2J\n" +
 	"\vCoordinator\x12;\n" +
 	"\x06Report\x12\x17.allot.v1.ReportRequest\x1a\x18.allot.v1.ReportResponseB3Z1github.com/allot-dev/allot/proto/allot/v1;allotv1b\x06proto3"
 
