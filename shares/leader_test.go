@@ -438,3 +438,53 @@ func TestNoColdFloorWithoutLease(t *testing.T) {
 		t.Fatalf("b/2, its lease lapsed and holding no grant of u, enforces %.1f/s burst %d", rate, burst)
 	}
 }
+
+// A late answer to an older report that moves a pod's epoch forward also
+// sets its fail-open share: the leader counts a pod reporting epoch E as
+// holding epoch E's share, so keeping an older epoch's larger share let two
+// pods of one region fail open with 1/1 and 1/2.
+func TestLateAnswerMovesTheShareWithTheEpoch(t *testing.T) {
+	b := map[string]shares.Budget{"t": {Rate: 300, Burst: 60}}
+	r := newRig(t, 1, []string{"a", "b"}, b, "a/1", "b/1")
+	r.learn("t", map[string]float64{"a": 100, "b": 100})
+	r.converge("t", map[string]float64{"a": 100, "b": 100}, 2, 300)
+	p := r.pods["a/1"]
+	term, applied := p.State()
+	oldSent := r.now
+	old := shares.PodReport{Region: "a", Pod: "a/1", Term: term, Applied: applied, Interval: time.Second,
+		Usage: map[string]shares.Usage{"t": {Offered: 100, Admitted: 100}}}
+	r.step(100 * time.Millisecond)
+	r.report("a/1", "t", 100, true)
+	if d := p.FailOpenShare(r.now); d != 1 {
+		t.Fatalf("a/1 alone in its region holds 1/%d, want 1/1", d)
+	}
+	r.addPod("a/2")
+	if a := r.report("a/2", "t", 100, true); a.SharePods != 0 {
+		t.Fatalf("a joining pod got 1/%d while a/1 holds 1/1", a.SharePods)
+	}
+	// The old report reaches the leader late; its answer (newer epoch, no
+	// share: a/1 has not acknowledged the raise) reaches a/1.
+	a, err := r.l.Report(r.now, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Answered(oldSent, a, r.own("a/1"))
+	if _, e := p.State(); e != a.Epoch {
+		t.Fatalf("a/1 applied epoch %d, the answer carried %d", e, a.Epoch)
+	}
+	// a/1 reports that epoch; its answer is lost. a/2 is then handed 1/2.
+	r.report("a/1", "t", 100, false)
+	if a := r.report("a/2", "t", 100, true); a.SharePods != 2 {
+		t.Fatalf("a/2's share 1/%d after a/1 acknowledged the raise, want 1/2", a.SharePods)
+	}
+	var sum float64
+	for _, id := range []string{"a/1", "a/2"} {
+		if d := r.pods[id].FailOpenShare(r.now); d > 0 {
+			sum += 1 / float64(d)
+		}
+	}
+	if sum > 1+1e-9 {
+		t.Fatalf("Σ fail-open shares of region a = %.2f > 1 (a/1 1/%d, a/2 1/%d)", sum,
+			p.FailOpenShare(r.now), r.pods["a/2"].FailOpenShare(r.now))
+	}
+}

@@ -99,10 +99,19 @@ func (p *Pod) Answered(sentAt time.Time, a Answer, own func(tenant string) Ceili
 		p.grants[e.Tenant] = g
 	}
 	if a.Epoch >= p.epoch {
+		// The leader counts a pod that reports epoch E as holding what an
+		// answer of epoch E says: an answer that moves the epoch forward
+		// sets the fail-open share even when it answers an older report
+		// (keeping the share of an older epoch while reporting a newer one
+		// let two pods hold 1/1 and 1/2 of one region). Within an epoch the
+		// newest report's answer wins.
+		newer := a.Epoch > p.epoch
 		p.epoch = a.Epoch
 		if !sentAt.Before(p.lastSent) {
 			p.lastSent = sentAt
 			p.cold, p.shareD, p.pods = a.Cold, a.SharePods, a.Pods
+		} else if newer {
+			p.shareD = a.SharePods
 		}
 	}
 	p.synced = true
