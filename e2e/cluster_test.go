@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,21 +57,59 @@ type node struct {
 	aliases map[string][]string // network ID -> aliases
 }
 
-// pod is a regional pod and its public endpoints on loopback.
+// pod is a regional pod and its public endpoints on loopback (new ones
+// after a restart: Docker publishes a restarted container's ports anew).
 type pod struct {
 	*node
-	region   string
-	grpcAddr string
-	httpAddr string
-	conn     *grpc.ClientConn
-	lim      allotv1.LimiterClient
+	region string
+	ep     atomic.Pointer[podEndpoints]
+}
+
+type podEndpoints struct {
+	grpcAddr, httpAddr string
+	conn               *grpc.ClientConn
+	lim                allotv1.LimiterClient
+}
+
+func (p *pod) lim() allotv1.LimiterClient { return p.ep.Load().lim }
+func (p *pod) httpAddr() string          { return p.ep.Load().httpAddr }
+
+// refresh reads the pod's published ports and dials them.
+func (p *pod) refresh(ctx context.Context) error {
+	e := &podEndpoints{}
+	var err error
+	if e.grpcAddr, err = p.c.PortEndpoint(ctx, "8081/tcp", ""); err != nil {
+		return err
+	}
+	if e.httpAddr, err = p.c.PortEndpoint(ctx, "8080/tcp", ""); err != nil {
+		return err
+	}
+	if e.conn, err = grpc.NewClient(e.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+		return err
+	}
+	e.lim = allotv1.NewLimiterClient(e.conn)
+	if old := p.ep.Swap(e); old != nil {
+		_ = old.conn.Close()
+	}
+	return nil
 }
 
 // coord is a coordinator replica and its HTTP endpoint on loopback.
 type coord struct {
 	*node
-	id       string
-	httpAddr string
+	id   string
+	addr atomic.Pointer[string]
+}
+
+func (co *coord) httpAddr() string { return *co.addr.Load() }
+
+// refresh reads the coordinator's published HTTP port.
+func (co *coord) refresh(ctx context.Context) error {
+	a, err := co.c.PortEndpoint(ctx, "7070/tcp", "")
+	if err == nil {
+		co.addr.Store(&a)
+	}
+	return err
 }
 
 type region struct {
@@ -84,8 +123,11 @@ type region struct {
 // cluster is a running topology.
 type cluster struct {
 	topo     topology
-	mgmt     *testcontainers.DockerNetwork
-	backbone *testcontainers.DockerNetwork
+	mgmt *testcontainers.DockerNetwork
+	// backbone joins etcd and the coordinators; etcdNet the pods and etcd;
+	// coordNet the pods and the coordinators: each of a pod's two links,
+	// and a coordinator's link to etcd, can be cut alone.
+	backbone, etcdNet, coordNet *testcontainers.DockerNetwork
 	etcd     []*node
 	coords   []*coord
 	regions  []*region
@@ -135,8 +177,10 @@ func startCluster(t *testing.T, topo topology) *cluster {
 	if c.mgmt, err = newNet(false); err != nil {
 		t.Fatalf("management network: %v", err)
 	}
-	if c.backbone, err = newNet(true); err != nil {
-		t.Fatalf("backbone network: %v", err)
+	for _, nw := range []**testcontainers.DockerNetwork{&c.backbone, &c.etcdNet, &c.coordNet} {
+		if *nw, err = newNet(true); err != nil {
+			t.Fatalf("backbone networks: %v", err)
+		}
 	}
 	// Region networks have chosen subnets: pods get fixed addresses there
 	// (.10, .11, ...) to advertise to their peers, others get .128 and up.
@@ -172,7 +216,7 @@ func startCluster(t *testing.T, topo topology) *cluster {
 				"--initial-cluster", strings.Join(members, ","), "--initial-cluster-state", "new",
 				"--initial-cluster-token", "allot-e2e", "--log-level", "warn",
 			}, []string{"2379/tcp"}, wait.ForHTTP("/health").WithPort("2379/tcp").WithStartupTimeout(2*time.Minute),
-				netAlias{c.backbone, []string{name}, netip.Addr{}})
+				netAlias{c.backbone, []string{name}, netip.Addr{}}, netAlias{c.etcdNet, []string{name}, netip.Addr{}})
 			c.etcd[i] = n
 			return err
 		})
@@ -195,13 +239,13 @@ func startCluster(t *testing.T, topo topology) *cluster {
 				"--rebalance-interval", topo.Interval.String(), "--lease", topo.Lease.String(),
 				"--session-ttl", topo.SessionTTL.String(),
 			}, []string{"7070/tcp"}, wait.ForHTTP("/healthz").WithPort("7070/tcp").WithStartupTimeout(time.Minute),
-				netAlias{c.backbone, []string{name}, netip.Addr{}})
+				netAlias{c.backbone, []string{name}, netip.Addr{}}, netAlias{c.coordNet, []string{name}, netip.Addr{}})
 			if err != nil {
 				return err
 			}
-			addr, err := n.c.PortEndpoint(gctx, "7070/tcp", "")
-			c.coords[i] = &coord{node: n, id: name, httpAddr: addr}
-			return err
+			co := &coord{node: n, id: name}
+			c.coords[i] = co
+			return co.refresh(gctx)
 		})
 	}
 	if err := g.Wait(); err != nil {
@@ -279,21 +323,15 @@ func (c *cluster) startRegion(ctx context.Context, r *region, etcdURLs string) e
 				"--gossip-listen", "0.0.0.0:7946", "--gossip-advertise", podIP(i).String(), "--gossip-join", strings.Join(seeds, ","),
 				"--log-level", "info",
 			}, []string{"8080/tcp", "8081/tcp"}, wait.ForHTTP("/readyz").WithPort("8080/tcp").WithStartupTimeout(2*time.Minute),
-				netAlias{r.net, []string{name}, podIP(i)}, netAlias{c.backbone, []string{name}, netip.Addr{}})
+				netAlias{r.net, []string{name}, podIP(i)}, netAlias{c.etcdNet, []string{name}, netip.Addr{}},
+				netAlias{c.coordNet, []string{name}, netip.Addr{}})
 			if err != nil {
 				return err
 			}
 			p := &pod{node: n, region: r.name}
-			if p.grpcAddr, err = n.c.PortEndpoint(gctx, "8081/tcp", ""); err != nil {
+			if err := p.refresh(gctx); err != nil {
 				return err
 			}
-			if p.httpAddr, err = n.c.PortEndpoint(gctx, "8080/tcp", ""); err != nil {
-				return err
-			}
-			if p.conn, err = grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
-				return err
-			}
-			p.lim = allotv1.NewLimiterClient(p.conn)
 			r.pods[i] = p
 			return nil
 		})
@@ -405,8 +443,8 @@ func (c *cluster) teardown(t *testing.T) {
 	defer cancel()
 	for _, r := range c.regions {
 		for _, p := range r.pods {
-			if p != nil && p.conn != nil {
-				_ = p.conn.Close()
+			if e := p.ep.Load(); p != nil && e != nil {
+				_ = e.conn.Close()
 			}
 		}
 	}
@@ -431,7 +469,7 @@ func (c *cluster) teardown(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	nets := []*testcontainers.DockerNetwork{c.mgmt, c.backbone}
+	nets := []*testcontainers.DockerNetwork{c.mgmt, c.backbone, c.etcdNet, c.coordNet}
 	for _, r := range c.regions {
 		nets = append(nets, r.net)
 	}
@@ -465,26 +503,46 @@ func sanitize(s string) string {
 
 // ---- faults ----
 
-// cut disconnects a region's pods from the backbone: they keep their Redis,
-// their peers and their clients, and lose etcd and the coordinators.
+// cut disconnects a region's pods from etcd and the coordinators: they keep
+// their Redis, their peers and their clients.
 func (c *cluster) cut(ctx context.Context, r *region) error {
 	for _, p := range r.pods {
-		if _, err := docker.NetworkDisconnect(ctx, c.backbone.ID, client.NetworkDisconnectOptions{Container: p.c.GetContainerID(), Force: true}); err != nil {
-			return fmt.Errorf("disconnect %s: %w", p.name, err)
+		for _, nw := range []*testcontainers.DockerNetwork{c.etcdNet, c.coordNet} {
+			if err := c.disconnect(ctx, p.node, nw); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
-// heal reconnects a region's pods to the backbone with their aliases.
+// heal reconnects a region's pods to etcd and the coordinators.
 func (c *cluster) heal(ctx context.Context, r *region) error {
 	for _, p := range r.pods {
-		if _, err := docker.NetworkConnect(ctx, c.backbone.ID, client.NetworkConnectOptions{
-			Container:      p.c.GetContainerID(),
-			EndpointConfig: &mobynet.EndpointSettings{Aliases: p.aliases[c.backbone.ID]},
-		}); err != nil {
-			return fmt.Errorf("connect %s: %w", p.name, err)
+		for _, nw := range []*testcontainers.DockerNetwork{c.etcdNet, c.coordNet} {
+			if err := c.connect(ctx, p.node, nw); err != nil {
+				return err
+			}
 		}
+	}
+	return nil
+}
+
+// disconnect cuts one link: n from network nw.
+func (c *cluster) disconnect(ctx context.Context, n *node, nw *testcontainers.DockerNetwork) error {
+	if _, err := docker.NetworkDisconnect(ctx, nw.ID, client.NetworkDisconnectOptions{Container: n.c.GetContainerID(), Force: true}); err != nil {
+		return fmt.Errorf("disconnect %s: %w", n.name, err)
+	}
+	return nil
+}
+
+// connect heals one link: n joins nw again with its aliases.
+func (c *cluster) connect(ctx context.Context, n *node, nw *testcontainers.DockerNetwork) error {
+	if _, err := docker.NetworkConnect(ctx, nw.ID, client.NetworkConnectOptions{
+		Container:      n.c.GetContainerID(),
+		EndpointConfig: &mobynet.EndpointSettings{Aliases: n.aliases[nw.ID]},
+	}); err != nil {
+		return fmt.Errorf("connect %s: %w", n.name, err)
 	}
 	return nil
 }
@@ -498,7 +556,7 @@ func (c *cluster) kill(ctx context.Context, n *node) error {
 // ---- coordinator API ----
 
 func (c *cluster) put(ctx context.Context, co *coord, path string, body []byte) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+co.httpAddr+path, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+co.httpAddr()+path, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -541,7 +599,7 @@ func (c *cluster) leader(ctx context.Context, skip *coord) (*coord, error) {
 			continue
 		}
 		var st coordinator.Status
-		if err := c.getJSON(ctx, co.httpAddr, "/v1/status", &st); err != nil {
+		if err := c.getJSON(ctx, co.httpAddr(), "/v1/status", &st); err != nil {
 			continue
 		}
 		if st.IsLeader {
@@ -558,14 +616,14 @@ func (c *cluster) shares(ctx context.Context, tenant string) (coordinator.Shares
 	if err != nil {
 		return v, err
 	}
-	err = c.getJSON(ctx, co.httpAddr, "/v1/shares/"+tenant, &v)
+	err = c.getJSON(ctx, co.httpAddr(), "/v1/shares/"+tenant, &v)
 	return v, err
 }
 
 // metric sums the samples of a metric family whose labels include every
 // pair in match, from a pod's /metrics (Prometheus text format).
 func (c *cluster) metric(ctx context.Context, p *pod, name string, match map[string]string) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.httpAddr+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.httpAddr()+"/metrics", nil)
 	if err != nil {
 		return 0, err
 	}

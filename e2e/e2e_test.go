@@ -69,6 +69,13 @@ func TestE2E(t *testing.T) {
 	scenarios = append(scenarios, partition(topo), outage())
 	if full {
 		scenarios = append(scenarios, pinned(), failover(topo))
+		seeds, err := nemesisSeeds()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range seeds {
+			scenarios = append(scenarios, nemesis(topo, s))
+		}
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) { runScenario(t, c, sc) })

@@ -314,7 +314,7 @@ func failover(topo topology) *scenario {
 			m.mark(l.elapsed(), "new leader")
 			err = eventually(ctx, 30*time.Second, func(ctx context.Context) error {
 				var st coordinator.Status
-				if err := c.getJSON(ctx, co.httpAddr, "/v1/status", &st); err != nil {
+				if err := c.getJSON(ctx, co.httpAddr(), "/v1/status", &st); err != nil {
 					return err
 				}
 				if st.LastRebalance == "" {

@@ -118,7 +118,7 @@ func (l *load) one(ctx context.Context, i int, p *pod) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 	defer cancel()
 	c := call{stream: i, send: l.elapsed()}
-	d, err := p.lim.Decide(cctx, &allotv1.DecideRequest{Descriptors: l.streams[i].desc, Cost: 1})
+	d, err := p.lim().Decide(cctx, &allotv1.DecideRequest{Descriptors: l.streams[i].desc, Cost: 1})
 	c.recv = l.elapsed()
 	if err != nil {
 		c.failed = true

@@ -33,9 +33,14 @@ type excess struct {
 // overAdmission measures the excess for every W in windows over admitted
 // calls (send, recv), with budget (R, B).
 func overAdmission(adm []call, rate float64, burst int64) []excess {
-	byRecv := slices.Clone(adm)
+	return overAdmissionBy(adm, func(_, w time.Duration) float64 { return float64(burst) + rate*w.Seconds() })
+}
+
+// overAdmissionBy is overAdmission under a budget that changes: limit(a, w)
+// is what the window [a, a+w] may admit.
+func overAdmissionBy(adm []call, limit func(a, w time.Duration) float64) []excess {
+	adm = slices.Clone(adm)
 	slices.SortFunc(adm, func(a, b call) int { return cmpDur(a.send, b.send) })
-	slices.SortFunc(byRecv, func(a, b call) int { return cmpDur(a.recv, b.recv) })
 	var maxLat time.Duration
 	for _, c := range adm {
 		maxLat = max(maxLat, c.recv-c.send)
@@ -43,7 +48,6 @@ func overAdmission(adm []call, rate float64, burst int64) []excess {
 	var out []excess
 	for _, w := range windows {
 		e := excess{window: w}
-		limit := float64(burst) + rate*w.Seconds()
 		j := 0
 		for i, c := range adm {
 			a, end := c.send, c.send+w
@@ -61,7 +65,7 @@ func overAdmission(adm []call, rate float64, burst int64) []excess {
 					n--
 				}
 			}
-			if x := float64(n) - limit; x > e.units {
+			if x := float64(n) - limit(a, w); x > e.units {
 				e.units, e.at = x, a
 			}
 		}

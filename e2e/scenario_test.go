@@ -37,6 +37,11 @@ type scenario struct {
 	// simNote replaces the comparison with the simulator when it models
 	// no such thing.
 	simNote string
+	// limit, when set, is what a window [a, a+w] may admit (a budget that
+	// changes during the run); B + R·W otherwise.
+	limit func(a, w time.Duration) float64
+	// before runs before the load starts.
+	before func(ctx context.Context, t *testing.T, c *cluster)
 	// act runs beside the load (faults on the load's schedule); check
 	// asserts on the measures. Both may be nil.
 	act   func(ctx context.Context, t *testing.T, c *cluster, l *load, m *run)
@@ -102,6 +107,9 @@ func runScenario(t *testing.T, c *cluster, sc *scenario) *run {
 		}
 	}
 	streams = append(streams, sc.extra...)
+	if sc.before != nil {
+		sc.before(ctx, t, c)
+	}
 	lctx, stop := context.WithCancel(ctx)
 	l := startLoad(lctx, c, streams, uint64(len(sc.name)))
 	actDone := make(chan struct{})
@@ -154,7 +162,11 @@ func (m *run) measure(t *testing.T) {
 	}
 	n := int(math.Ceil(sc.duration.Seconds()))
 	m.series = perSecond(m.calls, m.regionOf, len(m.regions), ideal, sc.rate, n)
-	m.excess = overAdmission(adm, sc.rate, sc.burst)
+	if sc.limit != nil {
+		m.excess = overAdmissionBy(adm, sc.limit)
+	} else {
+		m.excess = overAdmission(adm, sc.rate, sc.burst)
+	}
 	m.conv = convergence(m.series, sc.events, sc.duration, sc.rate)
 	m.tot = sum(m.series, sc.window[0], sc.window[1])
 	if m.tot.Ideal > 0 {

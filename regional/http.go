@@ -66,7 +66,7 @@ func (s *Service) Handler(gatherer prometheus.Gatherer, headerPrefix string) htt
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !s.Ready() {
-			http.Error(w, "not ready: waiting for the policy and the region's grants from etcd", http.StatusServiceUnavailable)
+			http.Error(w, "not ready: waiting for the policy from etcd and the first answer of the leading coordinator", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = io.WriteString(w, "ready\n")
