@@ -72,7 +72,7 @@ type podEndpoints struct {
 }
 
 func (p *pod) lim() allotv1.LimiterClient { return p.ep.Load().lim }
-func (p *pod) httpAddr() string          { return p.ep.Load().httpAddr }
+func (p *pod) httpAddr() string           { return p.ep.Load().httpAddr }
 
 // refresh reads the pod's published ports and dials them.
 func (p *pod) refresh(ctx context.Context) error {
@@ -122,17 +122,17 @@ type region struct {
 
 // cluster is a running topology.
 type cluster struct {
-	topo     topology
+	topo topology
 	mgmt *testcontainers.DockerNetwork
 	// backbone joins etcd and the coordinators; etcdNet the pods and etcd;
 	// coordNet the pods and the coordinators: each of a pod's two links,
 	// and a coordinator's link to etcd, can be cut alone.
 	backbone, etcdNet, coordNet *testcontainers.DockerNetwork
-	etcd     []*node
-	coords   []*coord
-	regions  []*region
-	labels   map[string]string
-	http     *http.Client
+	etcd                        []*node
+	coords                      []*coord
+	regions                     []*region
+	labels                      map[string]string
+	http                        *http.Client
 	// reportToken is the region token of this cluster's pods and
 	// coordinators, copied into every allot container as reportTokenPath.
 	reportToken string

@@ -35,6 +35,12 @@ import (
 // it (≤ P), the answer to the pod's next report (≤ P) or its lease (≤ L)
 // for a pod that misses the answer, plus one P for timing.
 
+// minNemesisLiveness is the share of the budget in force the nemesis must
+// still admit outside the seconds after a leader fault: its other faults
+// cost admission too (killed pods, lapsed leases, Redis down), but a run
+// that admits nothing proves nothing.
+const minNemesisLiveness = 0.6
+
 type faultKind int
 
 const (
@@ -133,6 +139,20 @@ func nemesisSchedule(seed uint64, topo topology, duration time.Duration) []fault
 	return out
 }
 
+// budgetAt returns the budget set at t by a schedule that starts at (rate,
+// burst).
+func budgetAt(sched []fault, rate float64, burst int64) func(t time.Duration) (float64, int64) {
+	return func(t time.Duration) (float64, int64) {
+		r, b := rate, burst
+		for _, f := range sched {
+			if f.kind == faultBudget && f.at <= t {
+				r, b = f.rate, f.burst
+			}
+		}
+		return r, b
+	}
+}
+
 // budgetLimit returns limit(a, w) for a budget that starts at (rate, burst)
 // and changes as sched says, each cut in force for lag more.
 func budgetLimit(sched []fault, rate float64, burst int64, lag, duration time.Duration) func(a, w time.Duration) float64 {
@@ -147,15 +167,7 @@ func budgetLimit(sched []fault, rate float64, burst int64, lag, duration time.Du
 			cs = append(cs, change{f.at, f.rate, f.burst})
 		}
 	}
-	at := func(t time.Duration) (float64, int64) { // the budget set at t
-		r, b := cs[0].r, cs[0].b
-		for _, c := range cs {
-			if c.at <= t {
-				r, b = c.r, c.b
-			}
-		}
-		return r, b
-	}
+	at := budgetAt(sched, rate, burst)
 	// Prefix integral of R_eff in steps of 10 ms, to the end of the longest
 	// window.
 	const step = 10 * time.Millisecond
@@ -255,7 +267,41 @@ func nemesis(topo topology, seed uint64) *scenario {
 				worst = append(worst, fmt.Sprintf("W=%v: %.0f", e.window, e.units))
 			}
 			m.notef("worst admitted − (B_max + ∫R_eff) per window: %s (≤ %.0f forgiven for rounding)", strings.Join(worst, ", "), envelopeSlack(len(m.regions)))
-			m.notef("utilisation against one central limiter at the initial budget (200/s, burst 40): %.1f%% (not asserted: faults and budget cuts)", 100*m.util)
+			// Liveness, loosely: the run must not pass by admitting
+			// nothing. Against the budget set each second (capped by
+			// what was offered), faults included.
+			// A leader change leaves pods on their floors by design:
+			// detection (TTL), the new term's learning (L + TTL) and a
+			// few intervals to grant; those seconds are not counted.
+			at := budgetAt(sched, budgetR, budgetB)
+			leaderless := func(t time.Duration) bool {
+				for _, f := range sched {
+					if (f.kind == faultKillLeader || f.kind == faultCutLeaderEtcd) &&
+						t >= f.at && t < f.at+f.dur+topo.Lease+2*topo.SessionTTL+3*topo.Interval {
+						return true
+					}
+				}
+				return false
+			}
+			var adm, room float64
+			excluded := 0
+			for _, s := range m.series {
+				if s.At < m.sc.window[0] || s.At >= m.sc.window[1] {
+					continue
+				}
+				if leaderless(s.At) {
+					excluded++
+					continue
+				}
+				r, _ := at(s.At)
+				adm += s.Admitted
+				room += min(r, s.Offered)
+			}
+			m.notef("admitted %.0f of %.0f units the budget in force allowed (min(R(t), offered) each second, leaving out the %d s after leader faults): %.1f%%; over the whole window against one central limiter at the initial budget: %.1f%%",
+				adm, room, excluded, 100*adm/max(1, room), 100*m.util)
+			if adm < minNemesisLiveness*room {
+				m.errorf(t, "admitted %.1f%% of what the budget in force allowed, want ≥ %.0f%% even under faults", 100*adm/max(1, room), 100*minNemesisLiveness)
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			if err := c.restore(ctx, tenant); err != nil {

@@ -331,23 +331,34 @@ func (a *Allocator) Report(now time.Time, r Report) (Renewal, error) {
 		}
 	}
 	a.addNew(a.newNames)
+	ids := make([]int32, 0, len(r.Usage))
+	use := make([]Usage, 0, len(r.Usage))
+	for t, u := range r.Usage {
+		ids = append(ids, int32(a.tIdx[t]))
+		use = append(use, u)
+	}
+	a.ack(&a.regs[i], r.Applied)
+	return a.report(now, i, r.Interval, ids, use), nil
+}
 
+// report is Report of region i with usage by tenant index (use[j] is the
+// usage of tenant ids[j]), validated.
+func (a *Allocator) report(now time.Time, i int, interval time.Duration, ids []int32, use []Usage) Renewal {
 	reg := &a.regs[i]
 	if exp := now.Add(a.cfg.Lease); exp.After(reg.leaseExpiry) {
 		reg.leaseExpiry = exp
 	}
 	reg.revoked = false
-	a.ack(reg, r.Applied)
 
-	k := float64(r.Interval) / float64(a.cfg.Interval)
+	k := float64(interval) / float64(a.cfg.Interval)
 	up := -math.Expm1(k * a.lnUp)
 	down := -math.Expm1(k * a.lnDown)
 	before := reg.clock
 	reg.clock += k
-	secs := r.Interval.Seconds()
-	for t, u := range r.Usage {
-		ti := a.tIdx[t]
-		sl := &a.slots[ti*a.n+i]
+	secs := interval.Seconds()
+	for j, ti := range ids {
+		u := use[j]
+		sl := &a.slots[int(ti)*a.n+i]
 		a.catchUp(sl, before)
 		x := max(u.Offered, u.Admitted) / secs
 		if c := a.cfg.DemandCap; c > 0 {
@@ -367,7 +378,7 @@ func (a *Allocator) Report(now time.Time, r Report) (Renewal, error) {
 		}
 		sl.stamp = reg.clock
 	}
-	return Renewal{Lease: a.cfg.Lease, MinEpoch: reg.minEpoch}, nil
+	return Renewal{Lease: a.cfg.Lease, MinEpoch: reg.minEpoch}
 }
 
 // ack records that a region applied every grant up to epoch applied.

@@ -162,15 +162,22 @@ type leaderRegion struct {
 // since the epoch the pod applied, and runs the [Allocator]. See
 // docs/protocol.md. Not safe for concurrent use.
 type Leader struct {
-	cfg     LeaderConfig
-	alloc   *Allocator
-	start   time.Time
-	regs    []leaderRegion
-	regIdx  map[string]int
-	stats   LeaderStats
-	tracked map[string]struct{}
-	deflt   *Budget             // the default tier (nil: unknown tenants denied)
-	legacy  map[string]struct{} // tenants older terms' pods reported
+	cfg    LeaderConfig
+	alloc  *Allocator
+	start  time.Time
+	regs   []leaderRegion
+	regIdx map[string]int
+	stats  LeaderStats
+	// budgets are those of the last Rebalance (learning or not).
+	budgets map[string]Budget
+	// Scratch of accumulate and fold.
+	newNames []string
+	sum      []Usage // by tenant index
+	seen     []bool
+	touched  []int32
+	use      []Usage
+	deflt    *Budget             // the default tier (nil: unknown tenants denied)
+	legacy   map[string]struct{} // tenants older terms' pods reported
 	// rebalanced: the first rebalance after learning ran; until then
 	// reports are answered as in learning.
 	rebalanced bool
@@ -188,7 +195,7 @@ func NewLeader(now time.Time, cfg LeaderConfig) (*Leader, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Leader{cfg: cfg, alloc: a, start: now, regIdx: map[string]int{}, tracked: map[string]struct{}{},
+	l := &Leader{cfg: cfg, alloc: a, start: now, regIdx: map[string]int{},
 		legacy: map[string]struct{}{}}
 	for i, r := range cfg.Regions {
 		l.regIdx[r] = i
@@ -316,7 +323,7 @@ func (l *Leader) Report(now time.Time, r PodReport) (Answer, error) {
 		// Learning; or a pod of an older term that has not said what it
 		// holds: it will (an answer with this term asks it to).
 		l.stats.Learning++
-		return Answer{Term: l.cfg.Term, Learning: true}, nil
+		return Answer{Term: l.cfg.Term, Learning: true, Entries: l.lowered(r)}, nil
 	}
 	synced := r.Term == l.cfg.Term && r.Applied > 0
 	p := prev
@@ -367,49 +374,126 @@ func (l *Leader) Report(now time.Time, r PodReport) (Answer, error) {
 	return ans, nil
 }
 
-// podUsage is one pod's last report, per second.
-type podUsage struct {
-	at    time.Time
-	rates map[string]Usage
+// lowered returns, for the grants a pod of an older term reports holding,
+// the floors this leader's budgets give where they are lower than the held
+// ones: a learning answer carries them, and the pod lowers its floors to
+// them (never raises). A pod that reaches the coordinators but not etcd
+// learns a budget cut this way even while leaders change; without it, it
+// would keep the old budget's floors until a leader finished learning.
+func (l *Leader) lowered(r PodReport) []Entry {
+	if l.budgets == nil || len(r.Held) == 0 {
+		return nil
+	}
+	var out []Entry
+	for _, e := range r.Held {
+		b, ok := l.budgets[e.Tenant]
+		switch {
+		case ok:
+		case l.deflt != nil:
+			b = *l.deflt
+		default:
+			b = Budget{} // no budget, no tier: denied, floor 0
+		}
+		var fr float64
+		var fb int64
+		if b.Rate > 0 {
+			if b.Validate(l.cfg.Regions) != nil {
+				continue
+			}
+			fr, fb = Floor(b, l.cfg.Regions, r.Region)
+		}
+		if fr < e.Grant.FloorRate || fb < e.Grant.FloorBurst {
+			out = append(out, Entry{Tenant: e.Tenant, Grant: Grant{Epoch: e.Grant.Epoch,
+				FloorRate: min(fr, e.Grant.FloorRate), FloorBurst: min(fb, e.Grant.FloorBurst)}})
+		}
+	}
+	return out
 }
 
-// accumulate records r's usage as its pod's latest rates.
+// podUsage is one pod's last report, per second: use[j] is the usage of the
+// allocator's tenant ids[j] (tenants are indexed as reports arrive, so that
+// folding a region's reports at a rebalance hashes no names).
+type podUsage struct {
+	at  time.Time
+	ids []int32
+	use []Usage
+}
+
+// accumulate records r's usage as its pod's latest rates. A tenant the
+// allocator does not know yet joins it here (in name order within one
+// report, so that the order of tenants is a function of the reports),
+// unless MaxTenants are known already.
 func (l *Leader) accumulate(reg *leaderRegion, r PodReport, now time.Time) {
 	secs := r.Interval.Seconds()
-	rates := make(map[string]Usage, len(r.Usage))
+	pu := reg.latest[r.Pod]
+	pu.at, pu.ids, pu.use = now, pu.ids[:0], pu.use[:0]
+	l.newNames = l.newNames[:0]
 	for t, u := range r.Usage {
-		if l.cfg.MaxTenants > 0 {
-			if _, known := l.alloc.tIdx[t]; !known {
-				if _, ok := l.tracked[t]; !ok {
-					if len(l.alloc.tenants)+len(l.tracked) >= l.cfg.MaxTenants {
-						l.stats.DroppedTenants++
-						continue
-					}
-					l.tracked[t] = struct{}{}
-				}
-			}
+		k, ok := l.alloc.tIdx[t]
+		if !ok {
+			l.newNames = append(l.newNames, t)
+			continue
 		}
-		rates[t] = Usage{Offered: u.Offered / secs, Admitted: u.Admitted / secs}
+		pu.ids = append(pu.ids, int32(k))
+		pu.use = append(pu.use, Usage{Offered: u.Offered / secs, Admitted: u.Admitted / secs})
 	}
-	reg.latest[r.Pod] = podUsage{at: now, rates: rates}
+	if len(l.newNames) > 0 {
+		sort.Strings(l.newNames)
+		for _, t := range l.newNames {
+			if l.cfg.MaxTenants > 0 && len(l.alloc.tenants) >= l.cfg.MaxTenants {
+				l.stats.DroppedTenants++
+				continue
+			}
+			u := r.Usage[t]
+			pu.ids = append(pu.ids, int32(l.alloc.tenant(t)))
+			pu.use = append(pu.use, Usage{Offered: u.Offered / secs, Admitted: u.Admitted / secs})
+		}
+	}
+	reg.latest[r.Pod] = pu
 }
 
-// regionRates sums the latest rates of reg's pods that reported within
-// three rebalance intervals, forgetting the others.
-func (l *Leader) regionRates(reg *leaderRegion, now time.Time) map[string]Usage {
-	out := map[string]Usage{}
+// regionSum sums, into l.sum by tenant index, the latest rates of reg's pods
+// that reported within three rebalance intervals, forgetting the others. It
+// returns the tenants summed; the caller clears their sums.
+func (l *Leader) regionSum(reg *leaderRegion, now time.Time) []int32 {
+	if n := len(l.alloc.tenants); len(l.sum) < n {
+		l.sum = append(l.sum, make([]Usage, n-len(l.sum))...)
+		l.seen = append(l.seen, make([]bool, n-len(l.seen))...)
+	}
+	l.touched = l.touched[:0]
 	for id, pu := range reg.latest {
 		if now.Sub(pu.at) > 3*l.cfg.Interval {
 			delete(reg.latest, id)
 			continue
 		}
-		for t, u := range pu.rates {
-			acc := out[t]
-			acc.Offered += u.Offered
-			acc.Admitted += u.Admitted
-			out[t] = acc
+		for j, k := range pu.ids {
+			if !l.seen[k] {
+				l.seen[k] = true
+				l.touched = append(l.touched, k)
+			}
+			acc := &l.sum[k]
+			acc.Offered += pu.use[j].Offered
+			acc.Admitted += pu.use[j].Admitted
 		}
 	}
+	return l.touched
+}
+
+// clearSum resets the sums regionSum made.
+func (l *Leader) clearSum(ids []int32) {
+	for _, k := range ids {
+		l.sum[k], l.seen[k] = Usage{}, false
+	}
+}
+
+// regionRates returns the latest rates of reg's pods summed by tenant name.
+func (l *Leader) regionRates(reg *leaderRegion, now time.Time) map[string]Usage {
+	ids := l.regionSum(reg, now)
+	out := make(map[string]Usage, len(ids))
+	for _, k := range ids {
+		out[l.alloc.tenants[k].name] = l.sum[k]
+	}
+	l.clearSum(ids)
 	return out
 }
 
@@ -511,18 +595,20 @@ func (l *Leader) fold(now time.Time) {
 		if interval <= 0 {
 			interval = time.Millisecond
 		}
-		rates := l.regionRates(reg, now)
+		ids := l.regionSum(reg, now)
 		secs := interval.Seconds()
-		for t, u := range rates {
-			rates[t] = Usage{Offered: u.Offered * secs, Admitted: u.Admitted * secs}
+		l.use = l.use[:0]
+		for _, k := range ids {
+			u := l.sum[k]
+			l.use = append(l.use, Usage{Offered: u.Offered * secs, Admitted: u.Admitted * secs})
 		}
-		_, _ = l.alloc.Report(now, Report{Region: reg.name, Interval: interval, Usage: rates})
+		l.alloc.report(now, i, interval, ids, l.use)
+		l.clearSum(ids)
 		if ack, ok := l.regionAck(reg, now); ok && !l.Learning(now) {
 			_, _ = l.alloc.Ack(reg.name, ack)
 		}
 		reg.wStart = now
 	}
-	clear(l.tracked)
 }
 
 // Rates returns region's offered and admitted units per second, summed over
@@ -538,6 +624,7 @@ func (l *Leader) Rates(region string, now time.Time) map[string]Usage {
 // learning period is over, rebalances every tenant of budgets. It returns
 // the grants that changed; they reach pods in the answers to their reports.
 func (l *Leader) Rebalance(now time.Time, budgets map[string]Budget) []Change {
+	l.budgets = budgets
 	l.fold(now)
 	if l.Learning(now) {
 		return nil

@@ -488,3 +488,35 @@ func TestLateAnswerMovesTheShareWithTheEpoch(t *testing.T) {
 			p.FailOpenShare(r.now), r.pods["a/2"].FailOpenShare(r.now))
 	}
 }
+
+// A pod that reaches the coordinators but not etcd holds an older term's
+// grant while leaders change and learn; a budget cut reaches it in the
+// learning answers: they lower its floors (the checker's seed 55294: the
+// pod kept a pinned home's floor of the old budget, 100/s against 30.2/s).
+func TestLearningAnswersLowerHeldFloors(t *testing.T) {
+	old := map[string]shares.Budget{"t": {Rate: 300, Burst: 60}}
+	r := newRig(t, 1, []string{"a", "b"}, old, "a/1", "b/1")
+	r.learn("t", map[string]float64{"a": 100, "b": 100})
+	r.converge("t", map[string]float64{"a": 100, "b": 100}, 2, 300)
+	g := r.grant("a/1", "t")
+	if g.FloorRate <= 0 {
+		t.Fatalf("a/1 holds no floor: %+v", g)
+	}
+	// The budget is cut tenfold; a/1 does not see etcd (r.own keeps the
+	// old budget). A new leader takes over and learns.
+	cut := map[string]shares.Budget{"t": {Rate: 30, Burst: 6}}
+	r.step(time.Second)
+	r.newLeader(2)
+	r.l.Rebalance(r.now, cut)
+	r.report("a/1", "t", 100, true) // learns the new term: its next report carries what it holds
+	if a := r.report("a/1", "t", 100, true); !a.Learning || len(a.Entries) != 1 {
+		t.Fatalf("learning answer to a pod holding a grant whose floor the cut lowers: %+v", a)
+	}
+	fr, fb := shares.Floor(cut["t"], r.regions, "a")
+	r.step(10 * time.Second) // a/1's lease lapsed: it enforces floors
+	rate, burst, leased := r.pods["a/1"].Effective(r.now, "t", r.own("a/1")("t"))
+	if leased || rate > fr+1e-9 || burst > fb {
+		t.Fatalf("a/1 enforces %.2f/s burst %d (leased %v) after the cut, want at most the new floor %.2f/s burst %d (old floor %.2f/s)",
+			rate, burst, leased, fr, fb, g.FloorRate)
+	}
+}

@@ -72,7 +72,18 @@ func (p *Pod) Answered(sentAt time.Time, a Answer, own func(tenant string) Ceili
 		return
 	}
 	p.leader = max(p.leader, a.Term)
-	if a.Learning || a.Term < p.term {
+	if a.Learning {
+		// Its entries only lower floors of grants the pod holds (see
+		// Leader.Report): lowering is safe whatever the term.
+		for _, e := range a.Entries {
+			if g, ok := p.grants[e.Tenant]; ok {
+				g.FloorRate, g.FloorBurst = min(g.FloorRate, e.Grant.FloorRate), min(g.FloorBurst, e.Grant.FloorBurst)
+				p.grants[e.Tenant] = g
+			}
+		}
+		return
+	}
+	if a.Term < p.term {
 		return
 	}
 	if a.Term > p.term {
