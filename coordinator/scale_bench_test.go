@@ -116,8 +116,12 @@ func benchLeaderScale(b *testing.B, n int) {
 		return float64(m.HeapAlloc)
 	}
 	with := heapNow()
-	l = nil
-	heap := with - heapNow()
+	runtime.KeepAlive(l) // live until here: the GC frees what is dead
+	without := heapNow()
+	runtime.KeepAlive(pods)
+	runtime.KeepAlive(usage)
+	runtime.KeepAlive(budgets)
+	heap := with - without
 	b.ReportMetric(float64(reb.Nanoseconds())/float64(b.N), "rebalance-ns")
 	b.ReportMetric(heap/float64(n*len(regions)), "heap-B/tenant-region")
 	b.ReportMetric(float64(reportBytes), "B/report")

@@ -356,10 +356,20 @@ func (a *Allocator) report(now time.Time, i int, interval time.Duration, ids []i
 	before := reg.clock
 	reg.clock += k
 	secs := interval.Seconds()
+	// catchUp inline: most slots were last brought up to date at the same
+	// clock, so the decay factors are computed once per distinct lag.
+	lastD, eDown, eUp := 0.0, 1.0, 1.0
 	for j, ti := range ids {
 		u := use[j]
 		sl := &a.slots[int(ti)*a.n+i]
-		a.catchUp(sl, before)
+		if d := before - sl.stamp; d != 0 {
+			if d != lastD {
+				lastD, eDown, eUp = d, math.Exp(d*a.lnDown), math.Exp(d*a.lnUp)
+			}
+			sl.demand *= eDown
+			sl.fast *= eUp
+			sl.stamp = before
+		}
 		x := max(u.Offered, u.Admitted) / secs
 		if c := a.cfg.DemandCap; c > 0 {
 			if rt := a.tenants[ti].rate; rt > 0 && x > c*rt {
