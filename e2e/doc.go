@@ -9,10 +9,12 @@
 // A management network joins every container and is never cut: ports are
 // published on it, so the load generator (on 127.0.0.1) keeps reaching a pod
 // that a test has cut off. Each region has an internal network with its Redis
-// and two regional pods (memberlist between them); a backbone network joins
-// the pods, etcd (one node in the short suite, three in the full one) and the
-// coordinators (one, or two in the full suite). A partition disconnects a
-// region's pods from the backbone; they keep their Redis and their clients.
+// and two regional pods (memberlist between them). Three more internal
+// networks join the rest, so that each link can be cut alone: the backbone
+// (etcd — one node in the short suite, three in the full one — and the
+// coordinators, one or two), the pods' network to etcd, and the pods' network
+// to the coordinators. A partition disconnects a region's pods from the last
+// two; they keep their Redis and their clients.
 //
 // Two details keep a cut a cut. Containers get no hostname: Docker's DNS
 // answers a container's hostname on every network it shares, the management
@@ -31,7 +33,11 @@
 //
 // `go test ./e2e/` (part of `make test`) runs the short suite: skew,
 // partition and Redis outage. `go test -tags e2e ./e2e/` (`make e2e`) runs
-// the full suite: every scenario, three etcd nodes and two coordinators.
+// the full suite: every scenario, three etcd nodes and two coordinators, and
+// the nemesis for each seed of E2E_NEMESIS_SEEDS (default 1,2,3,4,5): a
+// seeded schedule of single-link cuts, pod and leader kills, the leader cut
+// from etcd, Redis paused and stopped, budget and floor-fraction changes,
+// under load, with I4 checked against the budget in force.
 // Every run writes out/report.md and a plot per scenario, with the
 // simulator's prediction for the same profile beside each measurement.
 //
