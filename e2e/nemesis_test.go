@@ -241,6 +241,11 @@ func nemesis(topo topology, seed uint64) *scenario {
 		limit:    budgetLimit(sched, budgetR, budgetB, lag, duration),
 		simNote:  "not compared: the simulator does not model this fault mix (its own checker, shares/protocheck, runs the same faults on the protocol alone).",
 		before: func(ctx context.Context, t *testing.T, c *cluster) {
+			// Every container runs (an earlier scenario may have killed
+			// a coordinator), a coordinator leads, every pod is ready.
+			if err := c.startStopped(ctx); err != nil {
+				t.Fatalf("before the nemesis: %v", err)
+			}
 			if err := c.healthy(ctx, 90*time.Second); err != nil {
 				t.Fatalf("before the nemesis: %v", err)
 			}
@@ -455,6 +460,47 @@ func (c *cluster) restore(ctx context.Context, tenant string) error {
 		return err
 	}
 	return c.healthy(ctx, 90*time.Second)
+}
+
+// startStopped starts every container of the cluster that is not running
+// and reads the published ports of those it started.
+func (c *cluster) startStopped(ctx context.Context) error {
+	refresh := map[*node]func(context.Context) error{}
+	for _, co := range c.coords {
+		refresh[co.node] = co.refresh
+	}
+	for _, r := range c.regions {
+		for _, p := range r.pods {
+			refresh[p.node] = p.refresh
+		}
+	}
+	c.mu.Lock()
+	nodes := append([]*node(nil), c.nodes...)
+	c.mu.Unlock()
+	for _, n := range nodes {
+		st, err := n.c.State(ctx)
+		if err != nil {
+			return fmt.Errorf("%s: %w", n.name, err)
+		}
+		if st.Running && !st.Paused {
+			continue
+		}
+		if st.Paused {
+			if _, err := docker.ContainerUnpause(ctx, n.c.GetContainerID(), client.ContainerUnpauseOptions{}); err != nil {
+				return fmt.Errorf("unpause %s: %w", n.name, err)
+			}
+			continue
+		}
+		if _, err := docker.ContainerStart(ctx, n.c.GetContainerID(), client.ContainerStartOptions{}); err != nil {
+			return fmt.Errorf("start %s: %w", n.name, err)
+		}
+		if f := refresh[n]; f != nil {
+			if err := eventually(ctx, 10*time.Second, f); err != nil {
+				return fmt.Errorf("%s: %w", n.name, err)
+			}
+		}
+	}
+	return nil
 }
 
 // healthy waits until a coordinator leads and every pod is ready and sees

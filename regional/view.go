@@ -214,7 +214,8 @@ func (v *view) answered(sentAt time.Time, a shares.Answer, now time.Time) {
 		}
 	}
 	v.pod.Answered(sentAt, a, v.ownTenantLocked)
-	if len(a.Entries) > 0 || a.Full {
+	if (len(a.Entries) > 0 && !a.Learning) || a.Full {
+		// (A learning answer's entries only lower held floors.)
 		v.grantsAt = now
 	}
 	if shrunk {

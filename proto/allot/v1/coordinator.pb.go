@@ -292,7 +292,9 @@ type ReportResponse struct {
 	// The leader's term.
 	Term uint64 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`
 	// The leader is learning (or waits for the pod's held grants): nothing
-	// is renewed and the pod keeps what it holds.
+	// is renewed and the pod keeps what it holds. In a learning answer,
+	// grants only lower the floors (floor_rate, floor_burst) of grants the pod
+	// reported holding, to this leader's reading of their budgets.
 	Learning bool `protobuf:"varint,6,opt,name=learning,proto3" json:"learning,omitempty"`
 	// grants are every grant of the region: the pod drops the others.
 	Full bool `protobuf:"varint,7,opt,name=full,proto3" json:"full,omitempty"`
