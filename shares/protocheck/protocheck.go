@@ -385,6 +385,7 @@ func (w *world) election() {
 	w.term++
 	c.elected, c.sub = w.term, 0
 	c.leading = true
+	c.stopAt = -1
 	w.startTerm(c)
 	for _, p := range w.pods {
 		w.deliverView(func() bool { return p.alive && !p.etcdCut }, func() { p.leader = c.id })
@@ -420,7 +421,9 @@ func (w *world) startTerm(c *coord) {
 	}
 	c.lead = l
 	c.regions = slices.Clone(s.regions)
-	c.stopAt = -1
+	// (c.stopAt stays: a deposed leader that starts a term before it
+	// notices still notices on time, as the coordinator's session context
+	// ends every term it started.)
 	clear(c.tracked)
 	w.setCold(c)
 	w.res.Terms++
