@@ -126,9 +126,15 @@ func (co *Coalescer[Q, A]) Do(ctx context.Context, items []Q) ([]A, error) {
 	c.queued = true
 	if co.inflight < co.cfg.Flushers {
 		co.inflight++
-		take := co.takeLocked()
-		co.mu.Unlock()
-		co.flush(take)
+		// take may be empty: every queued context, this caller's
+		// included, may have ended since the check above.
+		if take := co.takeLocked(); len(take) == 0 {
+			co.releaseLocked()
+			co.mu.Unlock()
+		} else {
+			co.mu.Unlock()
+			co.flush(take)
+		}
 	} else {
 		co.mu.Unlock()
 	}

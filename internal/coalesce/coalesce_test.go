@@ -281,3 +281,51 @@ func TestMergedDeadlineIsTheLatest(t *testing.T) {
 		t.Errorf("merged exchange deadline %v after base, want 1h", d.Sub(base))
 	}
 }
+
+// endingCtx is a context that is live for its first n calls of Err and has
+// ended after: the deadline passing between Do's check and its flush.
+type endingCtx struct {
+	context.Context
+	calls atomic.Int32
+	n     int32
+	done  chan struct{}
+}
+
+func (c *endingCtx) Err() error {
+	if c.calls.Add(1) > c.n {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+func (c *endingCtx) Done() <-chan struct{} { return c.done }
+
+// A caller whose context ends between Do's check and the flush it starts
+// leaves nothing to send: Do returns the context's error, sends nothing,
+// and the flush slot is free for the next caller (it panicked on an empty
+// batch).
+func TestContextEndsBeforeTheFlush(t *testing.T) {
+	var sent atomic.Int32
+	cfg := DefaultConfig()
+	cfg.Flushers = 1
+	co, err := New(func(_ context.Context, items []int) []int {
+		sent.Add(int32(len(items)))
+		return items
+	}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	close(done)
+	ctx := &endingCtx{Context: context.Background(), n: 1, done: done}
+	if _, err := co.Do(ctx, []int{1}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Do = %v, want the context's error", err)
+	}
+	if n := sent.Load(); n != 0 {
+		t.Fatalf("%d items of an ended call were sent", n)
+	}
+	a, err := co.Do(context.Background(), []int{7})
+	if err != nil || len(a) != 1 || a[0] != 7 {
+		t.Fatalf("the next call got %v, %v: the flush slot was not released", a, err)
+	}
+}
