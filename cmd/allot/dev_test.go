@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -119,16 +120,19 @@ func TestDevSubprocess(t *testing.T) {
 
 	// The seed's trace in real time: allowed ×3 (remaining 2, 1, 0), then
 	// denied with ~200 ms; 250 ms later one allowed, the next denied ~150 ms.
-	// Real time runs on while the requests travel, so a denial's retry is
-	// checked against when it was sent: the trace's allow_at (200 ms, then
-	// 400 ms after the first request) minus the request's offset.
+	// Real time runs on while the requests travel: the pod decided each
+	// request at some instant between its send and its answer. A denial's
+	// retry is the trace's allow_at (200 ms, then 400 ms after the first
+	// request's instant) less the denied request's instant, so it lies in
+	// [send₀ + allow_at − answerᵢ, answer₀ + allow_at − sendᵢ].
 	t0 := time.Now()
 	var got []decideAnswer
-	var at []time.Duration
+	var at, back []time.Duration
 	call := func() {
 		sent := time.Since(t0)
 		got = append(got, decide())
 		at = append(at, sent)
+		back = append(back, time.Since(t0))
 	}
 	call()
 	call()
@@ -145,12 +149,15 @@ func TestDevSubprocess(t *testing.T) {
 	}{{true, 2, 0}, {true, 1, 0}, {true, 0, 0}, {false, 0, 200}, {true, 0, 0}, {false, 0, 400}}
 	for i, w := range want {
 		g := got[i]
-		retry := int64(0)
+		var lo, hi int64
 		if !w.allowed {
-			retry = w.allowAtMS - at[i].Milliseconds()
+			ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+			lo = int64(math.Floor(ms(at[0]) + float64(w.allowAtMS) - ms(back[i])))
+			hi = int64(math.Ceil(ms(back[0]) + float64(w.allowAtMS) - ms(at[i])))
 		}
-		if g.Allowed != w.allowed || g.Remaining != w.remaining || g.RetryAfterMS > retry+2 || g.RetryAfterMS < retry-30 {
-			t.Errorf("step %d at +%v: %+v, want allowed %v remaining %d retry ≈ %d ms", i, at[i], g, w.allowed, w.remaining, retry)
+		// (± 1 ms: retry_after is rounded to whole milliseconds.)
+		if g.Allowed != w.allowed || g.Remaining != w.remaining || g.RetryAfterMS > hi+1 || g.RetryAfterMS < lo-1 {
+			t.Errorf("step %d sent at +%v, answered at +%v: %+v, want allowed %v remaining %d retry in [%d, %d] ms", i, at[i], back[i], g, w.allowed, w.remaining, lo, hi)
 		}
 	}
 
