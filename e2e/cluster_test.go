@@ -573,23 +573,33 @@ func (c *cluster) put(ctx context.Context, co *coord, path string, body []byte) 
 }
 
 func (c *cluster) getJSON(ctx context.Context, addr, path string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+	b, err := c.get(ctx, addr, path)
 	if err != nil {
 		return err
 	}
+	return json.Unmarshal(b, v)
+}
+
+// get returns the body of GET addr/path, or an error naming the status
+// when it is not 200.
+func (c *cluster) get(ctx context.Context, addr, path string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+	if err != nil {
+		return nil, err
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, b)
+		return nil, fmt.Errorf("GET %s: %s: %s", path, resp.Status, strings.TrimSpace(string(b)))
 	}
-	return json.Unmarshal(b, v)
+	return b, nil
 }
 
 // leader returns the coordinator that says it leads, among those running.

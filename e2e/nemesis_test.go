@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -533,18 +531,8 @@ func (c *cluster) healthy(ctx context.Context, within time.Duration) error {
 
 // ready returns nil when p answers /readyz with 200.
 func (c *cluster) ready(ctx context.Context, p *pod) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.httpAddr()+"/readyz", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: /readyz: %s: %s", p.name, resp.Status, strings.TrimSpace(string(b)))
+	if _, err := c.get(ctx, p.httpAddr(), "/readyz"); err != nil {
+		return fmt.Errorf("%s: %w", p.name, err)
 	}
 	return nil
 }
