@@ -212,8 +212,8 @@ func (c *Coordinator) Status(ctx context.Context) (Status, error) {
 		s.LastRebalanceMS = float64(c.lastDur.Microseconds()) / 1000
 	}
 	s.LastWrites = c.lastWrites
-	s.Tenants = len(t.tenants)
 	if t.lead != nil {
+		s.Tenants = t.lead.Tenants()
 		s.Term, s.Learning = t.lead.Term(), t.lead.Learning(now)
 	}
 	for _, r := range t.regions {

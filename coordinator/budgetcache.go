@@ -20,19 +20,21 @@ type budgetCache struct {
 	recs   map[string]state.BudgetRecord
 	synced bool
 	sorted []state.BudgetRecord // by tenant; nil when recs changed since
+	gen    uint64               // bumped by every change
 }
 
 func newBudgetCache(store *state.Store) *budgetCache {
 	return &budgetCache{store: store, recs: map[string]state.BudgetRecord{}}
 }
 
-// snapshot returns every record, sorted by tenant, and whether the mirror
-// has synced. The slice is shared: callers must not change it.
-func (b *budgetCache) snapshot() ([]state.BudgetRecord, bool) {
+// snapshot returns every record, sorted by tenant, a generation that
+// changes whenever a record does, and whether the mirror has synced. The
+// slice is shared: callers must not change it.
+func (b *budgetCache) snapshot() ([]state.BudgetRecord, uint64, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.synced {
-		return nil, false
+		return nil, 0, false
 	}
 	if b.sorted == nil {
 		b.sorted = make([]state.BudgetRecord, 0, len(b.recs))
@@ -41,7 +43,7 @@ func (b *budgetCache) snapshot() ([]state.BudgetRecord, bool) {
 		}
 		sort.Slice(b.sorted, func(i, j int) bool { return b.sorted[i].Tenant < b.sorted[j].Tenant })
 	}
-	return b.sorted, true
+	return b.sorted, b.gen, true
 }
 
 // Reset implements state.MirrorHandler.
@@ -54,6 +56,7 @@ func (b *budgetCache) Reset(kvs []*mvccpb.KeyValue, _ int64) {
 	}
 	b.mu.Lock()
 	b.recs, b.sorted, b.synced = next, nil, true
+	b.gen++
 	b.mu.Unlock()
 }
 
@@ -65,6 +68,7 @@ func (b *budgetCache) Put(kv *mvccpb.KeyValue) {
 	}
 	b.mu.Lock()
 	b.recs[rec.Tenant], b.sorted = rec, nil
+	b.gen++
 	b.mu.Unlock()
 }
 
@@ -77,5 +81,6 @@ func (b *budgetCache) Delete(key []byte) {
 	b.mu.Lock()
 	delete(b.recs, t)
 	b.sorted = nil
+	b.gen++
 	b.mu.Unlock()
 }

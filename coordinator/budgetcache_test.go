@@ -52,7 +52,7 @@ func TestBudgetCacheFollowsEtcd(t *testing.T) {
 	put("b", "10/s")
 	put("a", "20/s")
 	bc := newBudgetCache(st)
-	if _, ok := bc.snapshot(); ok {
+	if _, _, ok := bc.snapshot(); ok {
 		t.Fatal("snapshot before the first sync says synced")
 	}
 	mctx, cancel := context.WithCancel(ctx)
@@ -67,7 +67,7 @@ func TestBudgetCacheFollowsEtcd(t *testing.T) {
 	expect := func(want string) {
 		t.Helper()
 		wait.Until(t, 10*time.Second, func() error {
-			recs, ok := bc.snapshot()
+			recs, _, ok := bc.snapshot()
 			got := fmt.Sprint(ok)
 			for _, r := range recs {
 				got += " " + r.Tenant + "=" + r.Rate
@@ -119,7 +119,7 @@ func BenchmarkBudgetsRead(b *testing.B) {
 		}
 		bc.Reset(r.Kvs, r.Header.Revision)
 		for b.Loop() {
-			if recs, ok := bc.snapshot(); !ok || len(recs) != n {
+			if recs, _, ok := bc.snapshot(); !ok || len(recs) != n {
 				b.Fatalf("snapshot = %d records, %v", len(recs), ok)
 			}
 		}

@@ -90,8 +90,15 @@ type term struct {
 	regions []string
 	policyV int64
 	doc     *policy.Document
-	tenants map[string]time.Time // tenants known, with when last reported (zero: from a budget or the policy)
-	peers   []string             // candidates' gRPC addresses
+	// budgetsGen and budgetsLead: the budget cache's generation and the
+	// policy version of the budgets lead was last given (gen 0: read
+	// from etcd, so given again each rebalance).
+	budgetsGen  uint64
+	budgetsPV   int64
+	budgetsLead *shares.Leader
+	dropped     int64    // lead's DroppedTenants already counted
+	forgotten   int64    // and its Forgotten
+	peers       []string // candidates' gRPC addresses
 	// grow asks the leader loop for an early grow pass: a report
 	// acknowledged a shrink that a deferred grow waits for. Buffered (1);
 	// senders never block.
@@ -262,9 +269,8 @@ func (c *Coordinator) observe(ctx context.Context, el *concurrency.Election) {
 
 func (c *Coordinator) lead(ctx, sctx context.Context, sess *concurrency.Session, el *concurrency.Election) error {
 	t := &term{
-		rev:     el.Rev(),
-		tenants: map[string]time.Time{},
-		grow:    make(chan struct{}, 1),
+		rev:  el.Rev(),
+		grow: make(chan struct{}, 1),
 	}
 	// Record the term; the very first leader of a cluster need not learn.
 	fence := clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev())
@@ -355,7 +361,7 @@ func (c *Coordinator) rebalance(ctx context.Context, t *term) error {
 	if t.lead == nil {
 		return nil
 	}
-	records, ok := c.budgetCache.snapshot()
+	records, gen, ok := c.budgetCache.snapshot()
 	if !ok {
 		var err error
 		if records, _, err = c.store.Budgets(ctx); err != nil {
@@ -372,19 +378,31 @@ func (c *Coordinator) rebalance(ctx context.Context, t *term) error {
 	for _, r := range t.regions {
 		c.hist.observe(t.regions, r, t.lead.Rates(r, now), time.Second)
 	}
-	budgets := c.budgets(t, records, now)
-	changes := t.lead.Rebalance(now, budgets)
+	if gen == 0 || gen != t.budgetsGen || t.policyV != t.budgetsPV || t.lead != t.budgetsLead {
+		// Only when they changed: at 100,000 tenants walking them costs
+		// more than the rebalance.
+		t.lead.SetBudgets(c.budgets(t, records))
+		t.budgetsGen, t.budgetsPV, t.budgetsLead = gen, t.policyV, t.lead
+	}
+	changes := t.lead.Rebalance(now)
+	if f := t.lead.Stats().Forgotten; f != t.forgotten {
+		if f > t.forgotten {
+			c.m.tenantsForgotten.Add(float64(f - t.forgotten))
+		}
+		t.forgotten = f // (a new protocol term counts from 0)
+	}
 	learning := t.lead.Learning(now)
 	if !learning {
-		c.hist.commit(now, t.lead.Allocator(), budgets)
+		c.hist.commit(now, t.lead.Allocator(), t.lead.Budget)
 	}
+	tenants := t.lead.Tenants()
 	c.mu.Unlock()
 
 	d := time.Since(start)
 	c.m.grantWrites.Add(float64(len(changes)))
 	c.m.rebalanceDuration.Observe(d.Seconds())
 	c.m.rebalances.Inc()
-	c.m.tenants.Set(float64(len(budgets)))
+	c.m.tenants.Set(float64(tenants))
 	if learning {
 		c.m.learning.Set(1)
 	} else {
@@ -442,6 +460,7 @@ func (c *Coordinator) refreshPolicy(ctx context.Context, t *term) error {
 		Config:      c.cfg.allocatorConfig(doc.Regions),
 		Learning:    c.cfg.Lease + c.cfg.SessionTTL,
 		MaxTenants:  c.cfg.MaxTenants,
+		IdleTimeout: c.cfg.TenantIdleTimeout,
 		ValidTenant: policy.ValidateTenant,
 	}
 	t.sub++
@@ -468,22 +487,15 @@ func (c *Coordinator) defaultBudget(doc *policy.Document) *shares.Budget {
 	return &b
 }
 
-// budgets returns the effective budget of every tenant the leader knows:
-// those with a budget record or a policy entry, and those reported within
-// the tenant idle timeout (the others are forgotten). c.mu held.
-func (c *Coordinator) budgets(t *term, records []state.BudgetRecord, now time.Time) map[string]shares.Budget {
+// budgets returns the budgets of the tenants that have one of their own: a
+// budget record or a policy entry. The leader gives every other tenant it
+// knows the default tier, until the tenant is idle. c.mu held.
+func (c *Coordinator) budgets(t *term, records []state.BudgetRecord) map[string]shares.Budget {
 	over := make(map[string]*policy.Budget, len(records))
 	for i := range records {
 		over[records[i].Tenant] = &records[i].Budget
 	}
-	out := make(map[string]shares.Budget, len(t.tenants)+len(records))
-	for id, seen := range t.tenants {
-		if _, listed := t.doc.Tenants[id]; over[id] == nil && !listed && c.cfg.TenantIdleTimeout > 0 && now.Sub(seen) > c.cfg.TenantIdleTimeout {
-			delete(t.tenants, id)
-			continue
-		}
-		out[id] = t.doc.TenantBudget(id, over[id]).Shares()
-	}
+	out := make(map[string]shares.Budget, len(records)+len(t.doc.Tenants))
 	for id, b := range over {
 		out[id] = t.doc.TenantBudget(id, b).Shares()
 	}
@@ -518,13 +530,12 @@ func (c *Coordinator) Report(_ context.Context, r PodReport) (ReportAnswer, erro
 		c.m.reports.WithLabelValues(r.Region, "rejected").Inc()
 		return ReportAnswer{}, fmt.Errorf("%w: %w", ErrBadReport, err)
 	}
-	for tenant := range r.Usage {
-		if _, ok := t.tenants[tenant]; ok || c.cfg.MaxTenants == 0 || len(t.tenants) < c.cfg.MaxTenants {
-			t.tenants[tenant] = now
-		} else {
-			c.m.tenantsDropped.Inc()
-			c.logTenantCap()
-		}
+	if d := t.lead.Stats().DroppedTenants; d > t.dropped {
+		c.m.tenantsDropped.Add(float64(d - t.dropped))
+		t.dropped = d
+		c.logTenantCap()
+	} else if d < t.dropped {
+		t.dropped = d // a new protocol term
 	}
 	if ans.Learning {
 		c.m.reports.WithLabelValues(r.Region, "learning").Inc()

@@ -121,11 +121,11 @@ const ReasonRegionNotInPolicy = "REGION_NOT_IN_POLICY"
 // ToGrantPB is a grant as sent.
 func ToGrantPB(e shares.Entry) *allotv1.Grant {
 	return &allotv1.Grant{Tenant: e.Tenant, Rate: e.Grant.Rate, Burst: e.Grant.Burst,
-		FloorRate: e.Grant.FloorRate, FloorBurst: e.Grant.FloorBurst, Epoch: e.Grant.Epoch}
+		FloorRate: e.Grant.FloorRate, FloorBurst: e.Grant.FloorBurst, Epoch: e.Grant.Epoch, Dropped: e.Grant.Dropped}
 }
 
 func fromGrantPB(g *allotv1.Grant) shares.Grant {
-	return shares.Grant{Rate: g.GetRate(), Burst: g.GetBurst(), FloorRate: g.GetFloorRate(), FloorBurst: g.GetFloorBurst(), Epoch: g.GetEpoch()}
+	return shares.Grant{Rate: g.GetRate(), Burst: g.GetBurst(), FloorRate: g.GetFloorRate(), FloorBurst: g.GetFloorBurst(), Epoch: g.GetEpoch(), Dropped: g.GetDropped()}
 }
 
 func (g *grpcAPI) authorize(ctx context.Context) error {

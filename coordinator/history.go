@@ -65,7 +65,7 @@ func (h *history) observe(regions []string, region string, usage map[string]shar
 
 // commit closes this rebalance's sample: the busiest tenants' rates and
 // their grants (the floor where a region holds none).
-func (h *history) commit(now time.Time, alloc *shares.Allocator, budgets map[string]shares.Budget) {
+func (h *history) commit(now time.Time, alloc *shares.Allocator, budget func(tenant string) (shares.Budget, bool)) {
 	type load struct {
 		t   string
 		off float64
@@ -111,7 +111,7 @@ func (h *history) commit(now time.Time, alloc *shares.Allocator, budgets map[str
 		for i, reg := range h.regions {
 			if g, ok := grants[reg]; ok {
 				gr[i] = g.Rate
-			} else if b, ok := budgets[t]; ok {
+			} else if b, ok := budget(t); ok {
 				gr[i], _ = shares.Floor(b, h.regions, reg)
 			}
 		}

@@ -18,6 +18,7 @@ type metrics struct {
 	adminRequests     *prometheus.CounterVec
 	learning          prometheus.Gauge
 	tenantsDropped    prometheus.Counter
+	tenantsForgotten  prometheus.Counter
 	answerGrants      prometheus.Counter
 }
 
@@ -48,6 +49,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "allot_coordinator_tenants_dropped_total",
 			Help: "Reported usage of tenants beyond --max-tenants, not tracked (those tenants stay on cold floors).",
 		}),
+		tenantsForgotten: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "allot_coordinator_tenants_forgotten_total",
+			Help: "Tenants without a budget record or policy entry forgotten after --tenant-idle-timeout without traffic (their grants dropped).",
+		}),
 		answerGrants: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "allot_coordinator_answer_grants_total",
 			Help: "Grants sent to pods in answers to their reports (changes since each pod's epoch, or full syncs).",
@@ -60,7 +65,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "allot_coordinator_reports_total", Help: "Pod reports received, by region and result.",
 		}, []string{"region", "result"}),
 		tenants: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "allot_coordinator_tenants", Help: "Tenants in the last rebalance.",
+			Name: "allot_coordinator_tenants", Help: "Tenants the leader tracks, as of the last rebalance (capped by --max-tenants).",
 		}),
 		adminRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "allot_admin_requests_total", Help: "Admin API requests, by operation and result code.",
@@ -69,7 +74,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.leader, m.terms, m.rebalances, m.rebalanceDuration, m.grantWrites, m.earlyGrows, m.reports, m.tenants, m.adminRequests, m.learning, m.tenantsDropped, m.answerGrants} {
+	for _, c := range []prometheus.Collector{m.leader, m.terms, m.rebalances, m.rebalanceDuration, m.grantWrites, m.earlyGrows, m.reports, m.tenants, m.adminRequests, m.learning, m.tenantsDropped, m.tenantsForgotten, m.answerGrants} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

@@ -43,6 +43,7 @@ func benchLeaderScale(b *testing.B, n int) {
 		names[i] = fmt.Sprintf("tenant-%07d", i)
 		budgets[names[i]] = shares.Budget{Rate: 100, Burst: 20}
 	}
+	l.SetBudgets(budgets)
 	split := []float64{0.6, 0.3, 0.1}
 	rng := rand.New(rand.NewPCG(1, 2))
 	type pod struct {
@@ -90,7 +91,7 @@ func benchLeaderScale(b *testing.B, n int) {
 			}
 		}
 		start := time.Now()
-		ch := l.Rebalance(now, budgets)
+		ch := l.Rebalance(now)
 		return len(ch), time.Since(start)
 	}
 	// Converge.

@@ -2,19 +2,16 @@ package coordinator
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/allot-dev/allot/internal/etcdtest"
-	"github.com/allot-dev/allot/internal/state"
 	"github.com/allot-dev/allot/shares"
 )
 
@@ -24,29 +21,10 @@ import (
 // carry no grant, and when one tenant's demand shifts only that tenant's
 // grants change. Two pods per region.
 func TestWritesScaleWithChanges(t *testing.T) {
-	srv := etcdtest.Start(t)
-	admin := state.New(srv.Client(t), "")
-	ctx := context.Background()
-	if _, err := admin.ApplyPolicy(ctx, examplePolicy(t), 0, ""); err != nil {
-		t.Fatal(err)
-	}
 	// A fake clock and a hand-driven ticker: every step is one rebalance
 	// interval with exactly one report per region.
-	var clock atomic.Int64
-	clock.Store(time.Unix(1_800_000_000, 0).UnixNano())
-	tick := make(chan time.Time)
-	n := startNodeWith(t, srv, "solo", func(c *Coordinator) {
-		c.cfg.Now = func() time.Time { return time.Unix(0, clock.Load()) }
-		c.ticks = func(time.Duration) (<-chan time.Time, func()) { return tick, func() {} }
-	})
-	eventually(t, 10*time.Second, func() error {
-		// Leading, and the first rebalance (which loads the policy) done:
-		// reports are taken from then on.
-		if !n.c.IsLeader() || testutil.ToFloat64(n.c.m.rebalances) < 1 {
-			return errors.New("not leading yet")
-		}
-		return nil
-	})
+	k := startTicked(t, nil)
+	n := k.n
 	const tenants = 300
 	regions := []string{"us-east", "eu-west", "ap-south"}
 	const interval = 2 * time.Second
@@ -76,7 +54,7 @@ func TestWritesScaleWithChanges(t *testing.T) {
 	}
 	answered := 0
 	reportAll := func(u map[string]map[string]shares.Usage) {
-		now := time.Unix(0, clock.Load())
+		now := k.now()
 		for _, p := range pods {
 			half := map[string]shares.Usage{}
 			for k, v := range u[p.region] {
@@ -90,19 +68,11 @@ func TestWritesScaleWithChanges(t *testing.T) {
 		}
 	}
 	writes := func() float64 { return testutil.ToFloat64(n.c.m.grantWrites) }
-	rebalances := func() float64 { return testutil.ToFloat64(n.c.m.rebalances) }
 	// step advances the clock one interval, reports, and rebalances.
 	step := func(u map[string]map[string]shares.Usage) {
-		clock.Add(int64(interval))
+		k.advance(interval)
 		reportAll(u)
-		r0 := rebalances()
-		tick <- time.Time{}
-		eventually(t, 10*time.Second, func() error {
-			if rebalances() <= r0 {
-				return errors.New("rebalance not done")
-			}
-			return nil
-		})
+		k.rebalance(t)
 	}
 
 	// Converge (the allocator's EWMA settles within ~10 intervals), then
@@ -112,7 +82,7 @@ func TestWritesScaleWithChanges(t *testing.T) {
 		step(steady)
 	}
 	total := writes()
-	rev0 := etcdRev(t, srv)
+	rev0 := etcdRev(t, k.srv)
 	sent := answered
 	for range 10 {
 		step(steady)
@@ -123,7 +93,7 @@ func TestWritesScaleWithChanges(t *testing.T) {
 	if a := answered - sent; a != 0 {
 		t.Fatalf("10 rounds of steady reports were answered with %d grants, want 0 (nothing changed)", a)
 	}
-	if rev := etcdRev(t, srv); rev != rev0 {
+	if rev := etcdRev(t, k.srv); rev != rev0 {
 		t.Fatalf("etcd revision %d → %d over 10 rebalances: the leader wrote to etcd", rev0, rev)
 	}
 	t.Logf("%d tenants: %v grant changes to converge, then 0 over 10 steady rebalances and no etcd write", tenants, total)
@@ -172,26 +142,8 @@ func etcdRev(t *testing.T, srv *etcdtest.Server) int64 {
 // rebalance. With two pods in the shrinking region, the first pod's
 // acknowledgement is not enough.
 func TestGrowBeforeNextTick(t *testing.T) {
-	srv := etcdtest.Start(t)
-	admin := state.New(srv.Client(t), "")
-	ctx := context.Background()
-	if _, err := admin.ApplyPolicy(ctx, examplePolicy(t), 0, ""); err != nil {
-		t.Fatal(err)
-	}
-	var clock atomic.Int64
-	clock.Store(time.Unix(1_800_000_000, 0).UnixNano())
-	now := func() time.Time { return time.Unix(0, clock.Load()) }
-	tick := make(chan time.Time)
-	n := startNodeWith(t, srv, "solo", func(c *Coordinator) {
-		c.cfg.Now = now
-		c.ticks = func(time.Duration) (<-chan time.Time, func()) { return tick, func() {} }
-	})
-	eventually(t, 10*time.Second, func() error {
-		if !n.c.IsLeader() || testutil.ToFloat64(n.c.m.rebalances) < 1 {
-			return errors.New("not leading yet")
-		}
-		return nil
-	})
+	k := startTicked(t, nil)
+	n, now := k.n, k.now
 	regions := []string{"us-east", "eu-west", "ap-south"}
 	const interval = 2 * time.Second
 	usage := func(r string, split []float64) map[string]shares.Usage {
@@ -209,18 +161,8 @@ func TestGrowBeforeNextTick(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rebalances := func() float64 { return testutil.ToFloat64(n.c.m.rebalances) }
-	tickOnce := func() {
-		t.Helper()
-		r0 := rebalances()
-		tick <- time.Time{}
-		eventually(t, 10*time.Second, func() error {
-			if rebalances() <= r0 {
-				return errors.New("rebalance not done")
-			}
-			return nil
-		})
-	}
+	rebalances := k.rebalances
+	tickOnce := func() { t.Helper(); k.rebalance(t) }
 	leaderGrant := func(region string) shares.Grant {
 		n.c.mu.Lock()
 		defer n.c.mu.Unlock()
@@ -229,7 +171,7 @@ func TestGrowBeforeNextTick(t *testing.T) {
 	before, after := []float64{0.7, 0.2, 0.1}, []float64{0.1, 0.2, 0.7}
 	// Learn, then converge, every pod applying every answer.
 	for range 20 {
-		clock.Add(int64(interval))
+		k.advance(interval)
 		for _, r := range regions {
 			report(pods[r][0], before, true)
 			report(pods[r][1], before, true)
@@ -243,7 +185,7 @@ func TestGrowBeforeNextTick(t *testing.T) {
 	east0, south0 := leaderGrant("us-east"), leaderGrant("ap-south")
 	// The shift is reported; the rebalance shrinks us-east and defers
 	// ap-south's grow.
-	clock.Add(int64(interval))
+	k.advance(interval)
 	for _, r := range regions {
 		report(pods[r][0], after, true)
 		report(pods[r][1], after, true)
@@ -258,7 +200,7 @@ func TestGrowBeforeNextTick(t *testing.T) {
 	}
 	// us-east's pods learn the shrink from their next answers; only the
 	// first acknowledges it: no grow.
-	clock.Add(int64(interval / 8))
+	k.advance(interval / 8)
 	report(pods["us-east"][0], after, true)
 	report(pods["us-east"][1], after, true)
 	r0 := rebalances()

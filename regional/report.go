@@ -267,7 +267,7 @@ func answerFromPB(resp *allotv1.ReportResponse) shares.Answer {
 		a.Entries = make([]shares.Entry, len(gs))
 		for i, g := range gs {
 			a.Entries[i] = shares.Entry{Tenant: g.GetTenant(), Grant: shares.Grant{Rate: g.GetRate(), Burst: g.GetBurst(),
-				FloorRate: g.GetFloorRate(), FloorBurst: g.GetFloorBurst(), Epoch: g.GetEpoch()}}
+				FloorRate: g.GetFloorRate(), FloorBurst: g.GetFloorBurst(), Epoch: g.GetEpoch(), Dropped: g.GetDropped()}}
 		}
 	}
 	return a

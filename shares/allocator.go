@@ -56,6 +56,11 @@ type Grant struct {
 	FloorBurst int64
 	// Epoch orders the region's grants (see Report.Applied).
 	Epoch uint64
+	// Dropped: the leader forgot the tenant (idle, or without a budget):
+	// the region holds no grant of it from Epoch on, and its pods delete
+	// theirs (they then enforce the cold floor while leased). The other
+	// fields are zero.
+	Dropped bool
 }
 
 // Ceiling is the largest rate and burst a region may be enforcing for a
@@ -97,6 +102,9 @@ type slot struct {
 	first  uint64        // epoch of the slot's first grant: until acknowledged, the cold floor may be in force
 	legR   float64       // the largest floor pods of an older term reported holding (see Legacy)
 	legB   int64
+	// dropped is the epoch of the tombstone that dropped the slot's grant
+	// (epoch is 0 since), while the tenant is being forgotten.
+	dropped uint64
 }
 
 // held is an older grant a region may still be enforcing: until it
@@ -148,10 +156,12 @@ func (sl *slot) push(h held) {
 
 // tenantState is per tenant, beside its slots.
 type tenantState struct {
-	name   string
-	rate   float64 // R at the last rebalance, for DemandCap; 0 until known
-	round  uint64  // the last rebalance whose budgets had this tenant
-	budget Budget  // its budget in that rebalance
+	name   string    // "" while the index is free
+	born   uint64    // Allocator.frees when the index was given this tenant
+	usedAt time.Time // when a pod last reported the tenant's traffic (see Leader)
+	rate   float64   // R at the last rebalance, for DemandCap; 0 until known
+	budget Budget    // its budget in that rebalance (its own, or the default)
+	own    bool      // budget is the tenant's own (see setBudgets)
 }
 
 // regionState is the leader's state of one region.
@@ -167,9 +177,13 @@ type regionState struct {
 	// of it makes Grow worth running.
 	unblock uint64
 	// coldR, coldB: the largest cold floor the region's pods may hold (see
-	// SetCold).
-	coldR float64
-	coldB int64
+	// SetCold); curColdR, curColdB the one set last.
+	coldR, curColdR float64
+	coldB, curColdB int64
+	// forgotten: a pod that applied less than this epoch may hold a grant
+	// of a tenant the leader has forgotten, which no delta drops: it gets
+	// a full answer.
+	forgotten uint64
 	// legacy: some pod that reported floors of an older term has not
 	// applied this term's grants yet (see Legacy).
 	legacy bool
@@ -204,6 +218,7 @@ func (a *Allocator) SetCold(region string, c Ceiling) {
 	if i, ok := a.regIdx[region]; ok {
 		reg := &a.regs[i]
 		reg.coldR, reg.coldB = max(reg.coldR, c.Rate), max(reg.coldB, c.Burst)
+		reg.curColdR, reg.curColdB = c.Rate, c.Burst
 	}
 }
 
@@ -228,8 +243,14 @@ type Allocator struct {
 	fb, tb, cb, curB     []int64
 	rem                  []float64
 	newNames             []string
-	lastOut              int    // changes the last rebalance returned
-	round                uint64 // rebalances so far
+	lastOut              int // changes the last rebalance returned
+
+	// free lists the indices of forgotten tenants, for reuse; frees counts
+	// the tenants forgotten so far; freed names those the last rebalance
+	// forgot.
+	free  []int32
+	frees uint64
+	freed []string
 
 	// pending lists the tenants whose grows the last pass could not
 	// complete for want of free capacity; growable is set when an
@@ -285,13 +306,22 @@ func (a *Allocator) catchUp(sl *slot, clock float64) {
 	}
 }
 
-// tenant returns the index of name, adding it if needed.
+// tenant returns the index of name, adding it if needed (in the index of a
+// forgotten tenant if there is one).
 func (a *Allocator) tenant(name string) int {
 	if k, ok := a.tIdx[name]; ok {
 		return k
 	}
+	if m := len(a.free); m > 0 {
+		k := int(a.free[m-1])
+		a.free = a.free[:m-1]
+		a.tenants[k] = tenantState{name: name, born: a.frees}
+		clear(a.slots[k*a.n : (k+1)*a.n])
+		a.tIdx[name] = k
+		return k
+	}
 	k := len(a.tenants)
-	a.tenants = append(a.tenants, tenantState{name: name})
+	a.tenants = append(a.tenants, tenantState{name: name, born: a.frees})
 	a.tIdx[name] = k
 	for range a.n {
 		a.slots = append(a.slots, slot{})
@@ -299,14 +329,18 @@ func (a *Allocator) tenant(name string) int {
 	return k
 }
 
-// addNew adds the tenants of names that are unknown, in sorted order, so that
-// the order of tenants (and so of Changes and epochs) is deterministic.
-func (a *Allocator) addNew(names []string) {
-	sort.Strings(names)
-	for _, name := range names {
-		a.tenant(name)
-	}
+// forget frees tenant k's index.
+func (a *Allocator) forget(k int) {
+	a.freed = append(a.freed, a.tenants[k].name)
+	delete(a.tIdx, a.tenants[k].name)
+	a.tenants[k] = tenantState{}
+	clear(a.slots[k*a.n : (k+1)*a.n])
+	a.free = append(a.free, int32(k))
+	a.frees++
 }
+
+// Tenants returns how many tenants the allocator tracks.
+func (a *Allocator) Tenants() int { return len(a.tenants) - len(a.free) }
 
 // Report takes in a region's report at now (leader clock): it updates the
 // demand estimates, records the acknowledged epoch and renews the region's
@@ -330,7 +364,10 @@ func (a *Allocator) Report(now time.Time, r Report) (Renewal, error) {
 			a.newNames = append(a.newNames, t)
 		}
 	}
-	a.addNew(a.newNames)
+	sort.Strings(a.newNames)
+	for _, name := range a.newNames {
+		a.tenant(name)
+	}
 	ids := make([]int32, 0, len(r.Usage))
 	use := make([]Usage, 0, len(r.Usage))
 	for t, u := range r.Usage {
@@ -467,6 +504,9 @@ func (a *Allocator) markLive(now time.Time, revoke bool) {
 // EachGrant calls fn with every current grant, tenant by tenant.
 func (a *Allocator) EachGrant(fn func(tenant, region string, g Grant)) {
 	for k := range a.tenants {
+		if a.tenants[k].name == "" {
+			continue
+		}
 		for i, r := range a.cfg.Regions {
 			if sl := a.slots[k*a.n+i]; sl.epoch != 0 {
 				fn(a.tenants[k].name, r, Grant{Rate: sl.rate, Burst: sl.burst, Epoch: sl.epoch})
@@ -513,6 +553,41 @@ func (a *Allocator) Demand(tenant string) map[string]float64 {
 // them in the order returned. Tenants absent from budgets, or whose budget
 // is invalid, are left as they are.
 func (a *Allocator) Rebalance(now time.Time, budgets map[string]Budget) []Change {
+	a.setBudgets(budgets)
+	return a.rebalance(now, nil, nil, false)
+}
+
+// setBudgets records each tenant's own budget by index (tenants of budgets
+// the allocator does not know join it, in name order); every other tenant
+// has none. It walks budgets once: a leader calls it only when they change.
+func (a *Allocator) setBudgets(budgets map[string]Budget) {
+	for k := range a.tenants {
+		a.tenants[k].own = false
+	}
+	a.newNames = a.newNames[:0]
+	for name, b := range budgets {
+		k, ok := a.tIdx[name]
+		if !ok {
+			a.newNames = append(a.newNames, name)
+			continue
+		}
+		a.tenants[k].budget, a.tenants[k].own = b, true
+	}
+	// New tenants join in name order, so that the order of tenants (and
+	// so of Changes and epochs) is deterministic.
+	sort.Strings(a.newNames)
+	for _, name := range a.newNames {
+		k := a.tenant(name)
+		a.tenants[k].budget, a.tenants[k].own = budgets[name], true
+	}
+}
+
+// rebalance rebalances, in tenant order (so that Changes and epochs are
+// deterministic), every tenant with a budget of its own under it, and every
+// other one under deflt unless deflt is nil or idle (when not nil) says the
+// tenant is idle. With retire, those others are forgotten (see retire);
+// without, they are left as they are.
+func (a *Allocator) rebalance(now time.Time, deflt *Budget, idle func(k int) bool, retire bool) []Change {
 	a.markLive(now, true)
 	a.growable = false
 	a.pending = a.pending[:0]
@@ -525,33 +600,119 @@ func (a *Allocator) Rebalance(now time.Time, budgets map[string]Budget) []Change
 	if a.lastOut > 0 {
 		out = make([]Change, 0, a.lastOut+a.lastOut/4)
 	}
-	// Walk the budgets in the map's own order (sequential memory), noting
-	// each known tenant's budget by index; then rebalance in tenant order,
-	// so that Changes and epochs are deterministic.
-	a.round++
-	a.newNames = a.newNames[:0]
-	for name, b := range budgets {
-		k, ok := a.tIdx[name]
-		if !ok {
-			a.newNames = append(a.newNames, name)
+	a.freed = a.freed[:0]
+	for k := range a.tenants {
+		t := &a.tenants[k]
+		switch {
+		case t.name == "":
+			continue
+		case t.own:
+		case deflt != nil && (idle == nil || !idle(k)):
+			t.budget = *deflt
+		case retire:
+			var done bool
+			if out, done = a.retire(k, out); done {
+				a.forget(k)
+			}
+			continue
+		default:
 			continue
 		}
-		a.tenants[k].budget, a.tenants[k].round = b, a.round
-	}
-	if len(a.newNames) > 0 {
-		first := len(a.tenants)
-		a.addNew(a.newNames)
-		for k := first; k < len(a.tenants); k++ {
-			a.tenants[k].budget, a.tenants[k].round = budgets[a.tenants[k].name], a.round
-		}
-	}
-	for k := range a.tenants {
-		if t := &a.tenants[k]; t.round == a.round {
-			out = a.rebalanceBudget(k, &t.budget, out)
-		}
+		out = a.rebalanceBudget(k, &t.budget, out)
 	}
 	a.lastOut = len(out)
 	return out
+}
+
+// retire moves tenant k, which has no budget the leader will rebalance it
+// under, towards being forgotten. First every region's grant shrinks to the
+// region's cold floor (or is already no larger). Once every region is there
+// and every pod that may hold a lease acknowledged it, a tombstone drops the
+// grant in every region: its pods then enforce the cold floor while leased
+// and nothing once not. Once the tombstones are acknowledged, k may be
+// forgotten: it reports that, appending its changes to out. A region whose
+// lease surely ended acknowledges nothing: its pods enforce at most their
+// grants' floors, lowered by their own reading, and apply every change
+// (and, once k is forgotten, a full answer) before they hold a lease again.
+//
+// Each step is a shrink, except the tombstone's move from a grant below the
+// cold floor to the floor, which runs only once every region is within its
+// cold floor: and the cold floors of all regions sum to at most the default
+// tier's budget, which is the budget of a tenant without its own (0, when
+// unknown tenants are denied).
+func (a *Allocator) retire(k int, out []Change) ([]Change, bool) {
+	n := a.n
+	s := a.slots[k*n : (k+1)*n]
+	ready := true
+	for i := range n {
+		reg, sl := &a.regs[i], &s[i]
+		sl.prune(reg.acked)
+		legacy := (sl.legR > 0 || sl.legB > 0) && (reg.legacy || sl.epoch == 0 || sl.first > reg.acked)
+		if !legacy {
+			sl.legR, sl.legB = 0, 0
+		}
+		settled := !a.live[i] || sl.nheld == 0 && !legacy && (sl.epoch == 0 || sl.epoch <= reg.acked && sl.first <= reg.acked)
+		switch {
+		case sl.epoch == 0:
+			ready = ready && settled
+		case sl.rate > reg.curColdR*(1+eps) || sl.burst > reg.curColdB:
+			reg.epoch++
+			sl.push(held{rate: sl.rate, burst: sl.burst, until: reg.epoch})
+			sl.rate, sl.burst = min(sl.rate, reg.curColdR), min(sl.burst, reg.curColdB)
+			if sl.rate <= eps || sl.burst < 1 {
+				sl.rate, sl.burst = 0, 0
+			}
+			sl.epoch, sl.tgt, sl.tgtB = reg.epoch, sl.rate, sl.burst
+			hr, hb := sl.heldMax()
+			out = append(out, Change{
+				Tenant: a.tenants[k].name, Region: a.cfg.Regions[i],
+				Grant: Grant{Rate: sl.rate, Burst: sl.burst, FloorRate: sl.rate, FloorBurst: sl.burst,
+					Epoch: reg.epoch},
+				Ceiling:  Ceiling{Rate: hr, Burst: hb},
+				MinEpoch: reg.minEpoch,
+			})
+			ready = false
+		default:
+			ready = ready && settled
+		}
+	}
+	if !ready {
+		return out, false
+	}
+	done := true
+	for i := range n {
+		reg, sl := &a.regs[i], &s[i]
+		if sl.epoch == 0 {
+			continue // (settled above)
+		}
+		reg.epoch++
+		sl.push(held{rate: sl.rate, burst: sl.burst, until: reg.epoch})
+		hr, hb := sl.heldMax()
+		sl.rate, sl.burst, sl.epoch, sl.first, sl.dropped = 0, 0, 0, 0, reg.epoch
+		sl.tgt, sl.tgtB = 0, 0
+		out = append(out, Change{
+			Tenant: a.tenants[k].name, Region: a.cfg.Regions[i],
+			Grant:    Grant{Epoch: reg.epoch, Dropped: true},
+			Ceiling:  Ceiling{Rate: max(hr, reg.coldR), Burst: max(hb, reg.coldB)},
+			MinEpoch: reg.minEpoch,
+		})
+		if a.live[i] {
+			done = false // wait for the acknowledgement
+		} else {
+			sl.nheld = 0
+		}
+	}
+	if done {
+		for i := range n {
+			reg := &a.regs[i]
+			if !a.live[i] {
+				reg.forgotten = reg.epoch
+			} else {
+				reg.forgotten = max(reg.forgotten, s[i].dropped)
+			}
+		}
+	}
+	return out, done
 }
 
 // action is what a rebalance does to one slot.
@@ -635,11 +796,14 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change, growOnly boo
 		}
 		cr, cb := a.fr[i], a.fb[i]
 		curR, curB := a.fr[i], a.fb[i]
+		// (A slot without a grant may hold one older grant: the one a
+		// tombstone dropped, until acknowledged.)
+		sl.prune(reg.acked)
+		hr, hb := sl.heldMax()
+		cr, cb = max(cr, hr), max(cb, hb)
 		if sl.epoch != 0 {
-			sl.prune(reg.acked)
-			hr, hb := sl.heldMax()
 			curR, curB = sl.rate, sl.burst
-			cr, cb = max(cr, sl.rate, hr), max(cb, sl.burst, hb)
+			cr, cb = max(cr, sl.rate), max(cb, sl.burst)
 		}
 		unacked := sl.epoch == 0 || sl.first > reg.acked
 		if unacked {
@@ -875,7 +1039,7 @@ func (a *Allocator) apply(k int, s []slot, mode Mode, rate float64, burst int64,
 		if sl.epoch != 0 {
 			sl.push(held{rate: sl.rate, burst: sl.burst, until: reg.epoch})
 		} else {
-			sl.first = reg.epoch
+			sl.first, sl.dropped = reg.epoch, 0
 		}
 		hr, hb := sl.heldMax()
 		hr, hb = max(hr, a.fr[i]), max(hb, a.fb[i])

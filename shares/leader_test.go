@@ -12,6 +12,9 @@ import (
 	"github.com/allot-dev/allot/shares"
 )
 
+// rigDefault is the rig's default tier.
+var rigDefault = shares.Budget{Rate: 30, Burst: 6}
+
 // rig drives one Leader and several Pods per region by hand: every report
 // is answered at once and the answer applied, unless the test says not.
 type rig struct {
@@ -45,7 +48,8 @@ func (r *rig) newLeader(term uint64) {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	l.SetDefault(&shares.Budget{Rate: 30, Burst: 6})
+	d := rigDefault
+	l.SetDefault(&d)
 	r.l = l
 }
 
@@ -58,7 +62,11 @@ func (r *rig) addPod(id string) {
 
 func (r *rig) own(id string) func(string) shares.Ceiling {
 	return func(t string) shares.Ceiling {
-		fr, fb := shares.Floor(r.budgets[t], r.regions, r.region[id])
+		b, ok := r.budgets[t]
+		if !ok {
+			b = rigDefault // the default tier
+		}
+		fr, fb := shares.Floor(b, r.regions, r.region[id])
 		return shares.Ceiling{Rate: fr, Burst: fb}
 	}
 }
@@ -81,7 +89,8 @@ func (r *rig) report(id, tenant string, offered float64, apply bool) shares.Answ
 }
 
 func (r *rig) rebalance() []shares.Change {
-	ch := r.l.Rebalance(r.now, r.budgets)
+	r.l.SetBudgets(r.budgets)
+	ch := r.l.Rebalance(r.now)
 	if r.l.Growable() {
 		ch = append(ch, r.l.Grow(r.now)...)
 	}
@@ -507,7 +516,8 @@ func TestLearningAnswersLowerHeldFloors(t *testing.T) {
 	cut := map[string]shares.Budget{"t": {Rate: 30, Burst: 6}}
 	r.step(time.Second)
 	r.newLeader(2)
-	r.l.Rebalance(r.now, cut)
+	r.l.SetBudgets(cut)
+	r.l.Rebalance(r.now)
 	r.report("a/1", "t", 100, true) // learns the new term: its next report carries what it holds
 	if a := r.report("a/1", "t", 100, true); !a.Learning || len(a.Entries) != 1 {
 		t.Fatalf("learning answer to a pod holding a grant whose floor the cut lowers: %+v", a)
@@ -518,5 +528,88 @@ func TestLearningAnswersLowerHeldFloors(t *testing.T) {
 	if leased || rate > fr+1e-9 || burst > fb {
 		t.Fatalf("a/1 enforces %.2f/s burst %d (leased %v) after the cut, want at most the new floor %.2f/s burst %d (old floor %.2f/s)",
 			rate, burst, leased, fr, fb, g.FloorRate)
+	}
+}
+
+// An idle tenant without a budget of its own is forgotten: its grants
+// shrink to the cold floor, a tombstone drops them once every leased pod
+// applied that, and the leader frees it once every leased pod applied the
+// tombstone. Nothing along the way raises what a region may enforce above
+// the default tier's budget; a pod that was cut off meanwhile drops its
+// grant with the full answer it gets when it reports again; a late answer
+// does not bring a dropped grant back; and the tenant comes back as new.
+func TestIdleTenantIsForgotten(t *testing.T) {
+	r := newRig(t, 1, []string{"a", "b"}, map[string]shares.Budget{"t": {Rate: 300, Burst: 60}}, "a/1", "a/2", "b/1", "b/2")
+	r.cfg.IdleTimeout, r.cfg.First = 5*time.Second, true
+	r.newLeader(1)
+	demand := map[string]float64{"a": 25, "b": 5}
+	r.converge("x", demand, 6, rigDefault.Rate)
+	if g := r.grant("a/1", "x"); g.Rate <= 15 {
+		t.Fatalf("a/1 holds %+v of x, want most of the default tier", g)
+	}
+	before := r.l.Tenants()
+	// b/2 is cut off. x goes idle: its pods keep reporting t only.
+	// An answer to a report of a/2 as of an old epoch carries x's grant;
+	// it arrives late, below.
+	term, _ := r.pods["a/2"].State()
+	late, err := r.l.Report(r.now, shares.PodReport{Region: "a", Pod: "a/2", Term: term, Applied: 1, Interval: time.Second,
+		Usage: map[string]shares.Usage{"t": {Offered: 100, Admitted: 100}}})
+	if err != nil || len(late.Entries) == 0 {
+		t.Fatalf("report as of epoch 1: %+v, %v", late, err)
+	}
+	var forgotten bool
+	for i := range 20 {
+		for _, id := range []string{"a/1", "a/2", "b/1"} {
+			r.report(id, "t", 100, true)
+		}
+		r.rebalance()
+		for _, id := range []string{"a/1", "a/2", "b/1"} {
+			r.report(id, "t", 100, true)
+		}
+		r.safe("x", rigDefault.Rate, fmt.Sprintf("idle round %d", i))
+		r.step(time.Second)
+		if r.l.Tenants() == before-1 {
+			forgotten = true
+			break
+		}
+	}
+	if !forgotten {
+		t.Fatalf("x still tracked after 20 idle rounds (%d tenants)", r.l.Tenants())
+	}
+	if st := r.l.Stats(); st.Forgotten != 1 {
+		t.Fatalf("Forgotten = %d, want 1", st.Forgotten)
+	}
+	cold, _ := shares.Floor(rigDefault, r.regions, "a")
+	for _, id := range []string{"a/1", "a/2", "b/1"} {
+		if _, ok := r.pods[id].Grant("x"); ok {
+			t.Fatalf("%s still holds a grant of forgotten x", id)
+		}
+		if rate, _, _ := r.pods[id].Effective(r.now, "x", r.own(id)("x")); rate > cold*(1+1e-9) {
+			t.Fatalf("%s enforces %.2f/s for forgotten x, want the cold floor %.2f", id, rate, cold)
+		}
+	}
+	// The late answer to a/2's report from before x went idle carries
+	// nothing a/2 applies now.
+	r.pods["a/2"].Answered(r.now.Add(-30*time.Second), late, r.own("a/2"))
+	if g, ok := r.pods["a/2"].Grant("x"); ok {
+		t.Fatalf("a late answer brought back a/2's dropped grant of x: %+v", g)
+	}
+	// b/2 comes back holding x's old grant: the answer drops it.
+	if _, ok := r.pods["b/2"].Grant("x"); !ok {
+		t.Fatal("b/2 (cut off) should still hold its old grant of x")
+	}
+	if a := r.report("b/2", "t", 100, true); !a.Full {
+		t.Fatalf("b/2, behind the tombstone, got a delta answer: %+v", a)
+	}
+	if g, ok := r.pods["b/2"].Grant("x"); ok {
+		t.Fatalf("b/2 kept the grant of forgotten x after its full answer: %+v", g)
+	}
+	// x comes back: a new tenant, granted again, never above R.
+	r.converge("x", demand, 8, rigDefault.Rate)
+	if g := r.grant("a/1", "x"); g.Rate <= 15 {
+		t.Fatalf("x back: a/1 holds %+v, want most of the default tier again", g)
+	}
+	if r.l.Tenants() != before {
+		t.Fatalf("%d tenants after x came back, want %d", r.l.Tenants(), before)
 	}
 }

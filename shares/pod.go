@@ -76,7 +76,7 @@ func (p *Pod) Answered(sentAt time.Time, a Answer, own func(tenant string) Ceili
 		// Its entries only lower floors of grants the pod holds (see
 		// Leader.Report): lowering is safe whatever the term.
 		for _, e := range a.Entries {
-			if g, ok := p.grants[e.Tenant]; ok {
+			if g, ok := p.grants[e.Tenant]; ok && !e.Grant.Dropped {
 				g.FloorRate, g.FloorBurst = min(g.FloorRate, e.Grant.FloorRate), min(g.FloorBurst, e.Grant.FloorBurst)
 				p.grants[e.Tenant] = g
 			}
@@ -99,7 +99,17 @@ func (p *Pod) Answered(sentAt time.Time, a Answer, own func(tenant string) Ceili
 		p.epoch = 0
 	}
 	for _, e := range a.Entries {
+		if e.Grant.Epoch <= p.epoch {
+			// The pod already holds the region's newest grants up to its
+			// epoch: this one was applied, or replaced, or dropped (an
+			// answer to an older report, arriving late).
+			continue
+		}
 		if g, ok := p.grants[e.Tenant]; ok && g.Epoch >= e.Grant.Epoch {
+			continue
+		}
+		if e.Grant.Dropped {
+			delete(p.grants, e.Tenant) // the leader forgot the tenant
 			continue
 		}
 		g := e.Grant

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -87,6 +88,8 @@ type Result struct {
 	Trace []string
 	// Counts of what happened, to show the run exercised the faults.
 	Reports, Answers, Rejected, Terms, Faults int
+	// Forgotten counts tenants the leaders forgot (idle, without a budget).
+	Forgotten int
 	// Admitted counts the units admitted per tenant (demand met within
 	// what pods enforced), and Ideal what one limiter would have admitted.
 	PeakRatio float64 // largest Σ/bound seen (≤ 1 when safe)
@@ -146,10 +149,9 @@ type coord struct {
 	lead    *shares.Leader
 	leading bool          // holds the election in etcd
 	stopAt  time.Duration // when a deposed leader notices (-1: not deposed)
-	tracked map[string]bool
-	regions []string // the regions of its term
-	elected uint64   // its election's number
-	sub     uint64   // terms it started in that election
+	regions []string      // the regions of its term
+	elected uint64        // its election's number
+	sub     uint64        // terms it started in that election
 }
 
 type pod struct {
@@ -183,6 +185,7 @@ type world struct {
 	podN   int
 	redis  map[string]bool // down
 	demand map[string]float64
+	idle   time.Duration // the leaders' IdleTimeout
 	res    *Result
 	trace  []string
 	stop   bool
@@ -253,8 +256,11 @@ func (w *world) setup() {
 		s.budgets["b"] = shares.Budget{Rate: 100, Burst: 20}
 	}
 	w.snaps = append(w.snaps, s)
+	// Idle tenants without a budget of their own are forgotten after this
+	// long (c, or b once its record is deleted, when their demand stops).
+	w.idle = []time.Duration{0, 3 * time.Second, 6 * time.Second}[w.rng.IntN(3)]
 	for i := range 2 {
-		w.coords = append(w.coords, &coord{id: i, alive: true, stopAt: -1, tracked: map[string]bool{}})
+		w.coords = append(w.coords, &coord{id: i, alive: true, stopAt: -1})
 	}
 	for _, r := range w.pool {
 		for range w.opt.PodsPerRegion {
@@ -273,6 +279,7 @@ func (w *world) newDemand() {
 	s := &w.snaps[len(w.snaps)-1]
 	for _, t := range tenantNames {
 		R := s.budget(t).Rate
+		quiet := t != "a" && w.rng.IntN(3) == 0 // no traffic anywhere: it may be forgotten
 		for _, r := range w.pool {
 			x := 0.0
 			switch w.rng.IntN(4) {
@@ -283,6 +290,9 @@ func (w *world) newDemand() {
 				x = R * 0.6 * w.rng.Float64()
 			default:
 				x = R * 1.5 * w.rng.Float64()
+			}
+			if quiet {
+				x = 0
 			}
 			w.demand[t+"/"+r] = x
 		}
@@ -401,9 +411,10 @@ func (w *world) startTerm(c *coord) {
 	term := c.elected<<20 | c.sub
 	s := &w.snaps[c.view]
 	cfg := shares.LeaderConfig{
-		Config:   shares.DefaultConfig(s.regions...),
-		Term:     term,
-		Learning: w.opt.Lease + w.opt.SessionTTL,
+		Config:      shares.DefaultConfig(s.regions...),
+		Term:        term,
+		Learning:    w.opt.Lease + w.opt.SessionTTL,
+		IdleTimeout: w.idle,
 		ValidTenant: func(t string) error {
 			if strings.ContainsAny(t, "/{}") || strings.Contains(t, "..") {
 				return errors.New("invalid tenant name")
@@ -424,7 +435,6 @@ func (w *world) startTerm(c *coord) {
 	// (c.stopAt stays: a deposed leader that starts a term before it
 	// notices still notices on time, as the coordinator's session context
 	// ends every term it started.)
-	clear(c.tracked)
 	w.setCold(c)
 	w.res.Terms++
 	w.logf("coordinator %d leads term %d (regions %v, learning until %v)", c.id, term, s.regions, (w.now + cfg.Learning).Seconds())
@@ -467,17 +477,14 @@ func (w *world) tick() {
 			continue
 		}
 		s := &w.snaps[c.view]
-		budgets := map[string]shares.Budget{}
-		for t, b := range s.budgets {
-			budgets[t] = b
+		w.setCold(c) // the default tier, for every tenant without a budget
+		c.lead.SetBudgets(maps.Clone(s.budgets))
+		before := c.lead.Stats().Forgotten
+		ch := c.lead.Rebalance(w.clock())
+		if f := c.lead.Stats().Forgotten - before; f > 0 {
+			w.res.Forgotten += int(f)
+			w.logf("coordinator %d forgot %d tenant(s)", c.id, f)
 		}
-		for t := range c.tracked {
-			if _, ok := budgets[t]; !ok {
-				budgets[t] = s.deflt
-			}
-		}
-		w.setCold(c)
-		ch := c.lead.Rebalance(w.clock(), budgets)
 		if len(ch) > 0 {
 			w.logf("coordinator %d rebalance: %s", c.id, changes(ch))
 		}
@@ -612,9 +619,6 @@ func (w *world) deliverReport(target int, p *pod, r shares.PodReport, sentAt tim
 			})
 		}
 		return
-	}
-	for t := range r.Usage {
-		c.tracked[t] = true
 	}
 	w.logf("coordinator %d answers %s (t%d/e%d): term %d learning=%v full=%v epoch %d entries %d share 1/%d",
 		c.id, p.id, r.Term, r.Applied, ans.Term, ans.Learning, ans.Full, ans.Epoch, len(ans.Entries), ans.SharePods)
@@ -819,7 +823,19 @@ func (w *world) cloneLast() snapshot {
 func (w *world) changeBudget() {
 	s := w.cloneLast()
 	t := []string{"a", "b"}[w.rng.IntN(2)]
-	b := s.budgets[t]
+	b, ok := s.budgets[t]
+	if t == "b" && (!ok || w.rng.IntN(6) == 0) {
+		// b's record is deleted (it falls to the default tier), or
+		// written again.
+		if ok {
+			delete(s.budgets, "b")
+			w.publish(s, "budget b: record deleted (default tier)")
+		} else {
+			s.budgets["b"] = shares.Budget{Rate: 100, Burst: 20}
+			w.publish(s, "budget b: record written again")
+		}
+		return
+	}
 	var what string
 	for try := 0; try < 10; try++ {
 		nb := b

@@ -678,7 +678,8 @@ func (w *world) rebalance(t int64) {
 	if w.leader == nil {
 		return
 	}
-	w.changed(t, w.leader.Rebalance(w.at(t), map[string]shares.Budget{Tenant: w.budget}))
+	w.leader.SetBudgets(map[string]shares.Budget{Tenant: w.budget})
+	w.changed(t, w.leader.Rebalance(w.at(t)))
 }
 
 // changed counts the grant changes the leader made at t; they reach the

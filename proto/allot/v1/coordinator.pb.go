@@ -200,9 +200,13 @@ type Grant struct {
 	Burst int64   `protobuf:"varint,3,opt,name=burst,proto3" json:"burst,omitempty"`
 	// Once the lease lapsed (the pod also lowers it to the floor it computes
 	// from its own copy of the budget).
-	FloorRate     float64 `protobuf:"fixed64,4,opt,name=floor_rate,json=floorRate,proto3" json:"floor_rate,omitempty"`
-	FloorBurst    int64   `protobuf:"varint,5,opt,name=floor_burst,json=floorBurst,proto3" json:"floor_burst,omitempty"`
-	Epoch         uint64  `protobuf:"varint,6,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	FloorRate  float64 `protobuf:"fixed64,4,opt,name=floor_rate,json=floorRate,proto3" json:"floor_rate,omitempty"`
+	FloorBurst int64   `protobuf:"varint,5,opt,name=floor_burst,json=floorBurst,proto3" json:"floor_burst,omitempty"`
+	Epoch      uint64  `protobuf:"varint,6,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The leader forgot the tenant (idle, or without a budget): from this
+	// epoch the region holds no grant of it; the pod deletes its grant and
+	// enforces the cold floor while leased. The other fields are zero.
+	Dropped       bool `protobuf:"varint,7,opt,name=dropped,proto3" json:"dropped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -277,6 +281,13 @@ func (x *Grant) GetEpoch() uint64 {
 		return x.Epoch
 	}
 	return 0
+}
+
+func (x *Grant) GetDropped() bool {
+	if x != nil {
+		return x.Dropped
+	}
+	return false
 }
 
 type ReportResponse struct {
@@ -462,7 +473,7 @@ const file_allot_v1_coordinator_proto_rawDesc = "" +
 	"\x05usage\x18\x05 \x03(\v2\x15.allot.v1.TenantUsageR\x05usage\x12\x1b\n" +
 	"\tlive_pods\x18\x06 \x01(\x05R\blivePods\x12\x12\n" +
 	"\x04term\x18\a \x01(\x04R\x04term\x12#\n" +
-	"\x04held\x18\b \x03(\v2\x0f.allot.v1.GrantR\x04held\"\x9f\x01\n" +
+	"\x04held\x18\b \x03(\v2\x0f.allot.v1.GrantR\x04held\"\xb9\x01\n" +
 	"\x05Grant\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04rate\x18\x02 \x01(\x01R\x04rate\x12\x14\n" +
@@ -471,7 +482,8 @@ const file_allot_v1_coordinator_proto_rawDesc = "" +
 	"floor_rate\x18\x04 \x01(\x01R\tfloorRate\x12\x1f\n" +
 	"\vfloor_burst\x18\x05 \x01(\x03R\n" +
 	"floorBurst\x12\x14\n" +
-	"\x05epoch\x18\x06 \x01(\x04R\x05epoch\"\x92\x03\n" +
+	"\x05epoch\x18\x06 \x01(\x04R\x05epoch\x12\x18\n" +
+	"\adropped\x18\a \x01(\bR\adropped\"\x92\x03\n" +
 	"\x0eReportResponse\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x19\n" +
