@@ -35,14 +35,14 @@ type Config struct {
 	// leader takes over).
 	Lease time.Duration
 	// TenantIdleTimeout: a tenant with no budget record and no policy entry
-	// that no pod reported for this long leaves the rebalances (its last
-	// grants stay with the leader and the pods). 0 keeps every tenant.
-	// Default 5m.
+	// whose traffic no pod reported for this long is forgotten: its grants
+	// shrink to the cold floor and are dropped at every pod, and the leader
+	// frees it (docs/protocol.md, rule 7). 0 keeps every tenant. Default 5m.
 	TenantIdleTimeout time.Duration
-	// MaxTenants caps the tenants the leader tracks from reports (budget
-	// records and policy tenants are always tracked); beyond it, further
-	// tenants stay on cold floors, counted and logged. 0: no cap. Default
-	// 1,000,000.
+	// MaxTenants caps the tenants the leader tracks: tenants with a budget
+	// record or a policy entry are always tracked (and count towards it);
+	// a tenant first met in reports beyond it stays on cold floors, its
+	// usage counted and logged. 0: no cap. Default 1,000,000.
 	MaxTenants int
 	// Reports says whose reports are taken (see ReportAuth); the zero
 	// value takes none.

@@ -375,9 +375,6 @@ func (c *Coordinator) rebalance(ctx context.Context, t *term) error {
 	if peers != nil {
 		t.peers = peers
 	}
-	for _, r := range t.regions {
-		c.hist.observe(t.regions, r, t.lead.Rates(r, now), time.Second)
-	}
 	if gen == 0 || gen != t.budgetsGen || t.policyV != t.budgetsPV || t.lead != t.budgetsLead {
 		// Only when they changed: at 100,000 tenants walking them costs
 		// more than the rebalance.
@@ -392,6 +389,7 @@ func (c *Coordinator) rebalance(ctx context.Context, t *term) error {
 		t.forgotten = f // (a new protocol term counts from 0)
 	}
 	learning := t.lead.Learning(now)
+	c.hist.sample(t.regions, t.lead.Busiest(historyTenants), t.lead.TenantRates)
 	if !learning {
 		c.hist.commit(now, t.lead.Allocator(), t.lead.Budget)
 	}

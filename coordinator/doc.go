@@ -22,8 +22,8 @@
 // which grows (shares.Leader.Grow) before the next tick.
 //
 // Tenants: every tenant with a budget record or a policy entry, and those
-// reported within Config.TenantIdleTimeout, at most Config.MaxTenants of
-// them from reports.
+// whose traffic pods reported within Config.TenantIdleTimeout (the others
+// are forgotten, their grants dropped), at most Config.MaxTenants in all.
 //
 // Clocks: leases and rebalances run on Config.Now (the leader's clock);
 // pods count their leases on their own monotonic clocks from when they sent

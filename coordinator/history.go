@@ -40,26 +40,32 @@ func newHistory() *history {
 	return &history{tick: map[string][]rates{}, series: map[string]*series{}}
 }
 
-// observe adds one region's folded window (units over interval) to this
-// rebalance's sample.
-func (h *history) observe(regions []string, region string, usage map[string]shares.Usage, interval time.Duration) {
+// sample takes this rebalance's rates (units per second by region, as rateOf
+// returns them) of the tenants the chart may show: the busiest, and those
+// charted already.
+func (h *history) sample(regions []string, busiest []string, rateOf func(tenant string) []shares.Usage) {
 	if !equalStrings(h.regions, regions) {
 		h.regions = append([]string(nil), regions...)
 		h.tick, h.series = map[string][]rates{}, map[string]*series{}
 	}
-	i := indexOf(regions, region)
-	if i < 0 || interval <= 0 {
-		return
-	}
-	secs := interval.Seconds()
-	for t, u := range usage {
-		r := h.tick[t]
-		if r == nil {
-			r = make([]rates, len(regions))
-			h.tick[t] = r
+	take := func(t string) {
+		u := rateOf(t)
+		if len(u) != len(regions) {
+			return
 		}
-		r[i].offered += u.Offered / secs
-		r[i].admitted += u.Admitted / secs
+		r := make([]rates, len(regions))
+		for i := range u {
+			r[i] = rates{offered: u[i].Offered, admitted: u[i].Admitted}
+		}
+		h.tick[t] = r
+	}
+	for _, t := range busiest {
+		take(t)
+	}
+	for t := range h.series {
+		if _, ok := h.tick[t]; !ok {
+			take(t)
+		}
 	}
 }
 

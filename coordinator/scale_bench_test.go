@@ -17,10 +17,12 @@ import (
 // 3 regions × 4 pods, every pod reporting every tenant each interval with
 // ±10% noise around a steady split, then one rebalance. One op is one
 // interval: 12 reports answered and one rebalance. It reports the rebalance
-// alone (rebalance-ns), the leader's heap per tenant-region after
-// converging (the heap with the leader less the heap once it is dropped), the bytes of one report and of one steady answer on the wire,
-// and the grant changes per interval at steady state. Nothing is written to
-// etcd: the leader holds every grant in memory.
+// alone (rebalance-ns); what the coordinator's rebalance adds for the status
+// page's sample of the busiest tenants (status-ns); the leader's heap per
+// tenant-region after converging (the heap with the leader less the heap
+// once it is dropped); the bytes of one report and of one steady answer on
+// the wire; and the grant changes per interval at steady state. Nothing is
+// written to etcd: the leader holds every grant in memory.
 func BenchmarkLeaderScale(b *testing.B) {
 	for _, n := range []int{10_000, 100_000} {
 		b.Run(fmt.Sprintf("tenants=%d", n), func(b *testing.B) { benchLeaderScale(b, n) })
@@ -57,8 +59,9 @@ func benchLeaderScale(b *testing.B, n int) {
 		}
 	}
 	usage := make([]map[string]shares.Usage, len(pods))
+	hist := newHistory()
 	var reportBytes, answerBytes int
-	interval := func(measure bool) (changes int, rebalance time.Duration) {
+	interval := func(measure bool) (changes int, rebalance, status time.Duration) {
 		now = now.Add(cfg.Interval)
 		for i, p := range pods {
 			u := usage[i]
@@ -90,9 +93,16 @@ func benchLeaderScale(b *testing.B, n int) {
 				reportBytes, answerBytes = proto.Size(req), proto.Size(resp)
 			}
 		}
+		// As the coordinator's rebalance: the status page's sample of
+		// the busiest tenants around the leader's rebalance.
 		start := time.Now()
 		ch := l.Rebalance(now)
-		return len(ch), time.Since(start)
+		rebalance = time.Since(start)
+		start = time.Now()
+		hist.sample(regions, l.Busiest(historyTenants), l.TenantRates)
+		hist.commit(now, l.Allocator(), l.Budget)
+		status = time.Since(start)
+		return len(ch), rebalance, status
 	}
 	// Converge.
 	for range 40 {
@@ -100,11 +110,12 @@ func benchLeaderScale(b *testing.B, n int) {
 	}
 	b.ResetTimer()
 	var changes int
-	var reb time.Duration
+	var reb, status time.Duration
 	for range b.N {
-		c, d := interval(true)
+		c, d, st := interval(true)
 		changes += c
 		reb += d
+		status += st
 	}
 	b.StopTimer()
 	// The leader's heap: what the heap holds with it, less what it holds
@@ -121,9 +132,11 @@ func benchLeaderScale(b *testing.B, n int) {
 	without := heapNow()
 	runtime.KeepAlive(pods)
 	runtime.KeepAlive(usage)
+	runtime.KeepAlive(hist)
 	runtime.KeepAlive(budgets)
 	heap := with - without
 	b.ReportMetric(float64(reb.Nanoseconds())/float64(b.N), "rebalance-ns")
+	b.ReportMetric(float64(status.Nanoseconds())/float64(b.N), "status-ns")
 	b.ReportMetric(heap/float64(n*len(regions)), "heap-B/tenant-region")
 	b.ReportMetric(float64(reportBytes), "B/report")
 	b.ReportMetric(float64(answerBytes), "B/steady-answer")

@@ -246,11 +246,12 @@ type Allocator struct {
 	lastOut              int // changes the last rebalance returned
 
 	// free lists the indices of forgotten tenants, for reuse; frees counts
-	// the tenants forgotten so far; freed names those the last rebalance
-	// forgot.
-	free  []int32
-	frees uint64
-	freed []string
+	// the tenants forgotten so far; freed and freedIdx name those the last
+	// rebalance forgot.
+	free     []int32
+	frees    uint64
+	freed    []string
+	freedIdx []int32
 
 	// pending lists the tenants whose grows the last pass could not
 	// complete for want of free capacity; growable is set when an
@@ -331,7 +332,7 @@ func (a *Allocator) tenant(name string) int {
 
 // forget frees tenant k's index.
 func (a *Allocator) forget(k int) {
-	a.freed = append(a.freed, a.tenants[k].name)
+	a.freed, a.freedIdx = append(a.freed, a.tenants[k].name), append(a.freedIdx, int32(k))
 	delete(a.tIdx, a.tenants[k].name)
 	a.tenants[k] = tenantState{}
 	clear(a.slots[k*a.n : (k+1)*a.n])
@@ -600,7 +601,7 @@ func (a *Allocator) rebalance(now time.Time, deflt *Budget, idle func(k int) boo
 	if a.lastOut > 0 {
 		out = make([]Change, 0, a.lastOut+a.lastOut/4)
 	}
-	a.freed = a.freed[:0]
+	a.freed, a.freedIdx = a.freed[:0], a.freedIdx[:0]
 	for k := range a.tenants {
 		t := &a.tenants[k]
 		switch {

@@ -155,8 +155,12 @@ type leaderRegion struct {
 	// region's demand is the sum over its pods of their latest rates, so
 	// that how many reports fall between two rebalances does not matter.
 	latest map[string]podUsage
-	wStart time.Time
-	cold   Ceiling
+	// rates are the summed latest rates by tenant index as of the last
+	// fold, ratesIDs the indices set (for TenantRates and Busiest).
+	rates    []Usage
+	ratesIDs []int32
+	wStart   time.Time
+	cold     Ceiling
 	// shareD is the fail-open denominator, raised at epoch shareEpoch.
 	shareD     int
 	shareEpoch uint64
@@ -522,17 +526,6 @@ func (l *Leader) clearSum(ids []int32) {
 	}
 }
 
-// regionRates returns the latest rates of reg's pods summed by tenant name.
-func (l *Leader) regionRates(reg *leaderRegion, now time.Time) map[string]Usage {
-	ids := l.regionSum(reg, now)
-	out := make(map[string]Usage, len(ids))
-	for _, k := range ids {
-		out[l.alloc.tenants[k].name] = l.sum[k]
-	}
-	l.clearSum(ids)
-	return out
-}
-
 // leasedPods counts the pods of reg whose lease may be valid at now,
 // forgetting those whose lease surely ended.
 func (l *Leader) leasedPods(reg *leaderRegion, now time.Time) int {
@@ -625,6 +618,10 @@ func (l *Leader) fold(now time.Time) {
 			}
 		}
 		l.alloc.SetLegacyOpen(reg.name, open)
+		for _, k := range reg.ratesIDs {
+			reg.rates[k] = Usage{}
+		}
+		reg.ratesIDs = reg.ratesIDs[:0]
 		if len(reg.latest) == 0 {
 			reg.wStart = now
 			continue
@@ -636,10 +633,15 @@ func (l *Leader) fold(now time.Time) {
 		ids := l.regionSum(reg, now)
 		secs := interval.Seconds()
 		l.use = l.use[:0]
+		if n := len(l.alloc.tenants); len(reg.rates) < n {
+			reg.rates = append(reg.rates, make([]Usage, n-len(reg.rates))...)
+		}
 		for _, k := range ids {
 			u := l.sum[k]
 			if u.Offered > 0 || u.Admitted > 0 {
 				l.used(int(k), now)
+				reg.rates[k] = u
+				reg.ratesIDs = append(reg.ratesIDs, k)
 			}
 			l.use = append(l.use, Usage{Offered: u.Offered * secs, Admitted: u.Admitted * secs})
 		}
@@ -652,13 +654,64 @@ func (l *Leader) fold(now time.Time) {
 	}
 }
 
-// Rates returns region's offered and admitted units per second, summed over
-// its pods' latest reports (for the status page).
-func (l *Leader) Rates(region string, now time.Time) map[string]Usage {
-	if i, ok := l.regIdx[region]; ok {
-		return l.regionRates(&l.regs[i], now)
+// TenantRates returns tenant's offered and admitted units per second in
+// each region (in the order of the regions), summed over the pods' latest
+// reports as of the last Rebalance; nil for a tenant the leader does not
+// track.
+func (l *Leader) TenantRates(tenant string) []Usage {
+	k, ok := l.alloc.tIdx[tenant]
+	if !ok {
+		return nil
 	}
-	return nil
+	out := make([]Usage, len(l.regs))
+	for i := range l.regs {
+		if r := l.regs[i].rates; k < len(r) {
+			out[i] = r[k]
+		}
+	}
+	return out
+}
+
+// Busiest returns the n tenants that offered the most, summed over regions,
+// as of the last Rebalance, busiest first (ties by name). Tenants that
+// offered nothing are left out.
+func (l *Leader) Busiest(n int) []string {
+	type load struct {
+		k   int
+		off float64
+	}
+	top := make([]load, 0, n+1)
+	less := func(a, b load) bool { // a ranks below b
+		if a.off != b.off {
+			return a.off < b.off
+		}
+		return l.alloc.tenants[a.k].name > l.alloc.tenants[b.k].name
+	}
+	for k := range l.alloc.tenants {
+		if l.alloc.tenants[k].name == "" {
+			continue
+		}
+		var off float64
+		for i := range l.regs {
+			if r := l.regs[i].rates; k < len(r) {
+				off += r[k].Offered
+			}
+		}
+		x := load{k, off}
+		if off <= 0 || len(top) == n && !less(top[n-1], x) {
+			continue
+		}
+		j := sort.Search(len(top), func(j int) bool { return less(top[j], x) })
+		top = slices.Insert(top, j, x)
+		if len(top) > n {
+			top = top[:n]
+		}
+	}
+	out := make([]string, len(top))
+	for j, x := range top {
+		out[j] = l.alloc.tenants[x.k].name
+	}
+	return out
 }
 
 // SetBudgets sets the tenants that have budgets of their own (records and
@@ -700,9 +753,14 @@ func (l *Leader) Rebalance(now time.Time) []Change {
 	}
 	changes := l.alloc.rebalance(now, l.deflt, idle, true)
 	l.record(changes)
-	for _, t := range l.alloc.freed {
+	for j, t := range l.alloc.freed {
+		k := l.alloc.freedIdx[j]
 		for i := range l.regs {
-			delete(l.regs[i].current, t)
+			reg := &l.regs[i]
+			delete(reg.current, t)
+			if int(k) < len(reg.rates) {
+				reg.rates[k] = Usage{}
+			}
 		}
 		l.stats.Forgotten++
 	}

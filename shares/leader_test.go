@@ -613,3 +613,38 @@ func TestIdleTenantIsForgotten(t *testing.T) {
 		t.Fatalf("%d tenants after x came back, want %d", r.l.Tenants(), before)
 	}
 }
+
+// Busiest ranks tenants by what their pods offered, summed over regions, as
+// of the last rebalance; TenantRates gives each region's sum over its pods.
+func TestBusiestAndTenantRates(t *testing.T) {
+	r := newRig(t, 1, []string{"a", "b"}, map[string]shares.Budget{}, "a/1", "a/2", "b/1")
+	r.cfg.First = true
+	r.newLeader(1)
+	offered := map[string]float64{"t1": 10, "t2": 40, "t3": 25, "t4": 25, "t5": 0}
+	for _, id := range r.ids() {
+		use := map[string]shares.Usage{}
+		for tn, x := range offered {
+			use[tn] = shares.Usage{Offered: x, Admitted: x / 2}
+		}
+		term, applied := r.pods[id].State()
+		if _, err := r.l.Report(r.now, shares.PodReport{Region: r.region[id], Pod: id, Term: term, Applied: applied,
+			Interval: 2 * time.Second, Usage: use}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.rebalance()
+	if got, want := strings.Join(r.l.Busiest(3), " "), "t2 t3 t4"; got != want {
+		t.Fatalf("Busiest(3) = %s, want %s", got, want)
+	}
+	if got := r.l.Busiest(10); len(got) != 4 {
+		t.Fatalf("Busiest(10) = %v, want the 4 tenants that offered anything", got)
+	}
+	// t2: 40 units over 2 s per pod: 20/s per pod, a has two pods.
+	got := r.l.TenantRates("t2")
+	if len(got) != 2 || got[0].Offered != 40 || got[1].Offered != 20 || got[0].Admitted != 20 {
+		t.Fatalf("TenantRates(t2) = %+v, want a 40/s (admitted 20/s), b 20/s", got)
+	}
+	if r.l.TenantRates("nobody") != nil {
+		t.Fatal("TenantRates of an unknown tenant is not nil")
+	}
+}

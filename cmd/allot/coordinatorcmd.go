@@ -59,8 +59,9 @@ written to etcd per grant). A new leader learns for --lease + --session-ttl
 before it grants: it renews no lease until every older one has expired.
 The others wait, and answer pods with the leader's address.
 
-Tenants with no budget record and no policy entry leave the rebalances after
---tenant-idle-timeout without reports; at most --max-tenants are tracked.
+Tenants with no budget record and no policy entry are forgotten (their grants
+dropped at every pod) after --tenant-idle-timeout without traffic; at most
+--max-tenants are tracked.
 
 It serves allot.v1.Coordinator and allot.v1.Admin over gRPC, and the admin
 API, a status page (/), /metrics, /healthz and /readyz over HTTP. Writes need
@@ -94,7 +95,7 @@ are refused as unauthenticated. Without either it does not start, unless
 	f.DurationVar(&o.rebalance, "rebalance-interval", def.RebalanceInterval, "how often the leader rebalances")
 	f.DurationVar(&o.sessionTTL, "session-ttl", def.SessionTTL, "etcd session TTL: how long a crashed leader keeps leadership (whole seconds)")
 	f.DurationVar(&o.lease, "lease", def.Lease, "lease granted to pods per report; must exceed --session-ttl + --rebalance-interval and be at least two --rebalance-interval")
-	f.DurationVar(&o.idle, "tenant-idle-timeout", def.TenantIdleTimeout, "stop rebalancing a tenant with no budget record and no policy entry after this long without reports (0: never)")
+	f.DurationVar(&o.idle, "tenant-idle-timeout", def.TenantIdleTimeout, "forget a tenant with no budget record and no policy entry, dropping its grants, after this long without traffic (0: never)")
 	f.IntVar(&o.maxTenants, "max-tenants", def.MaxTenants, "most tenants tracked from reports; beyond it, tenants stay on cold floors, counted in allot_coordinator_tenants_dropped_total (0: no cap)")
 	f.StringVar(&o.adminTokenFile, "admin-token-file", "", "file holding the bearer token admin writes must carry")
 	f.BoolVar(&o.insecureAdmin, "insecure-admin", false, "accept admin writes without a token")
