@@ -84,9 +84,19 @@ func (r *reporter) run(ctx context.Context) error {
 	settle := time.NewTimer(promptSettle)
 	settle.Stop()
 	defer settle.Stop()
+	// And again soon when the leader says a grow of the region waits for
+	// other regions' acknowledgements (the answer's again_ms).
+	poll := time.NewTimer(time.Hour)
+	poll.Stop()
+	defer poll.Stop()
+	arm := func(again time.Duration) {
+		if again > 0 {
+			poll.Reset(max(again, minPoll))
+		}
+	}
 	// The first report goes at once: until a leader answers, the pod
 	// enforces nothing for budget limits (and is not ready).
-	r.report(ctx, r.s.counts.drain(), r.s.cfg.ReportInterval)
+	arm(r.report(ctx, r.s.counts.drain(), r.s.cfg.ReportInterval))
 	last = r.s.cfg.Now()
 	for {
 		select {
@@ -98,14 +108,19 @@ func (r *reporter) run(ctx context.Context) error {
 			}
 			continue
 		case <-settle.C:
+		case <-poll.C:
+			r.s.m.polls.Inc()
 		case <-t.C:
 		}
 		now := r.s.cfg.Now()
 		usage := r.s.counts.drain()
-		r.report(ctx, usage, now.Sub(last))
+		arm(r.report(ctx, usage, now.Sub(last)))
 		last = now
 	}
 }
+
+// minPoll bounds how often a pod reports at the leader's request.
+const minPoll = 20 * time.Millisecond
 
 func (r *reporter) close() {
 	r.mu.Lock()
@@ -164,7 +179,10 @@ func (r *reporter) redirect(addr string) {
 }
 
 // report sends one report (following one redirect) and applies the answer.
-func (r *reporter) report(ctx context.Context, usage map[string]shares.Usage, interval time.Duration) {
+//
+// It returns how soon the leader asked the pod to report again (0: at its
+// next interval).
+func (r *reporter) report(ctx context.Context, usage map[string]shares.Usage, interval time.Duration) time.Duration {
 	term, applied, held := r.s.view.reportState()
 	req := &allotv1.ReportRequest{
 		Region: r.s.cfg.Region, Pod: r.s.cfg.Pod, IntervalMs: max(1, interval.Milliseconds()),
@@ -190,7 +208,7 @@ func (r *reporter) report(ctx context.Context, usage map[string]shares.Usage, in
 		if err != nil {
 			r.s.m.reports.WithLabelValues("no_leader").Inc()
 			r.s.log.Debug("no leader to report to", "err", err)
-			return
+			return 0
 		}
 		rctx, cancel := context.WithTimeout(ctx, r.s.cfg.ReportTimeout)
 		// The lease counts from when the report was sent (monotonic clock).
@@ -202,20 +220,20 @@ func (r *reporter) report(ctx context.Context, usage map[string]shares.Usage, in
 			r.s.log.Warn("the leader says this pod's region is not in the policy: enforcing nothing for budget limits",
 				"region", r.s.cfg.Region)
 			r.s.view.removed()
-			return
+			return 0
 		}
 		if status.Code(err) == codes.FailedPrecondition {
 			// The leader has no policy yet (it loads one at its next
 			// rebalance): not a failure of this pod's.
 			r.s.m.reports.WithLabelValues("no_policy").Inc()
 			r.s.log.Debug("the leader has no policy yet", "err", err)
-			return
+			return 0
 		}
 		if err != nil {
 			r.s.m.reports.WithLabelValues("failed").Inc()
 			r.s.log.Debug("report failed", "err", err)
 			r.redirect("") // look the leader up again next time
-			return
+			return 0
 		}
 		if !resp.GetAccepted() {
 			r.s.m.reports.WithLabelValues("redirected").Inc()
@@ -233,8 +251,9 @@ func (r *reporter) report(ctx context.Context, usage map[string]shares.Usage, in
 			r.s.m.reports.WithLabelValues("accepted").Inc()
 		}
 		r.s.view.answered(sentAt, answerFromPB(resp), r.s.cfg.Now())
-		return
+		return time.Duration(resp.GetAgainMs()) * time.Millisecond
 	}
+	return 0
 }
 
 // regionNotInPolicy reports whether a report was refused because the pod's
