@@ -44,8 +44,8 @@ type LeaderConfig struct {
 	// tenants is dropped (they stay on cold floors) and counted. 0: no cap.
 	MaxTenants int
 	// IdleTimeout: a tenant without a budget of its own (see SetBudgets)
-	// that no pod reported traffic of for this long is no longer
-	// rebalanced. 0: every tenant is kept.
+	// that no pod reported traffic of for this long is forgotten (see
+	// Rebalance). 0: every tenant is kept.
 	IdleTimeout time.Duration
 	// ValidTenant checks a reported tenant name; nil accepts any non-empty
 	// name.
@@ -456,6 +456,9 @@ func (l *Leader) accumulate(reg *leaderRegion, r PodReport, now time.Time) {
 	if len(l.newNames) > 0 {
 		sort.Strings(l.newNames)
 		for _, t := range l.newNames {
+			if _, own := l.budgets[t]; !own && l.deflt == nil {
+				continue // unknown tenants are denied: nothing to share
+			}
 			if l.cfg.MaxTenants > 0 && l.alloc.Tenants() >= l.cfg.MaxTenants {
 				l.stats.DroppedTenants++
 				continue
@@ -738,9 +741,11 @@ func (l *Leader) Budget(tenant string) (Budget, bool) {
 
 // Rebalance folds the reports received since the last call and, once the
 // learning period is over, rebalances every tenant: those with budgets of
-// their own, and the others under the default tier unless they are idle
-// (IdleTimeout). It returns the grants that changed; they reach pods in
-// the answers to their reports.
+// their own, and the others under the default tier. Those others are
+// forgotten once idle for IdleTimeout, or at once when there is no default
+// tier (see docs/protocol.md, rule 7): their grants shrink to the cold
+// floor, tombstones drop them, and their slots are freed. It returns the
+// grants that changed; they reach pods in the answers to their reports.
 func (l *Leader) Rebalance(now time.Time) []Change {
 	l.fold(now)
 	if l.Learning(now) {

@@ -648,3 +648,37 @@ func TestBusiestAndTenantRates(t *testing.T) {
 		t.Fatal("TenantRates of an unknown tenant is not nil")
 	}
 }
+
+// With unknown tenants denied (no default tier) the leader does not track
+// a tenant pods report without a budget of its own, and forgets one whose
+// budget record goes away (after shrinking its grants to the cold floor,
+// 0, and dropping them).
+func TestDeniedTenantsNotTracked(t *testing.T) {
+	b := map[string]shares.Budget{"listed": {Rate: 100, Burst: 20}}
+	r := newRig(t, 1, []string{"a", "b"}, b, "a/1", "b/1")
+	r.cfg.First = true
+	r.newLeader(1)
+	r.l.SetDefault(nil)
+	r.converge("listed", map[string]float64{"a": 50, "b": 50}, 4, 100)
+	r.converge("stranger", map[string]float64{"a": 50, "b": 50}, 2, 0)
+	if n := r.l.Tenants(); n != 1 {
+		t.Fatalf("%d tenants tracked, want 1 (stranger has no budget and unknown tenants are denied)", n)
+	}
+	if _, ok := r.pods["a/1"].Grant("stranger"); ok {
+		t.Fatal("a/1 holds a grant of the denied stranger")
+	}
+	// listed's record goes away: it is forgotten, its grants dropped.
+	r.budgets = map[string]shares.Budget{}
+	for i := 0; i < 10 && r.l.Tenants() > 0; i++ {
+		r.converge("listed", map[string]float64{"a": 50, "b": 50}, 1, 100)
+	}
+	if n := r.l.Tenants(); n != 0 {
+		t.Fatalf("%d tenants tracked after listed lost its budget, want 0", n)
+	}
+	r.converge("listed", map[string]float64{"a": 50, "b": 50}, 1, 0)
+	for _, id := range []string{"a/1", "b/1"} {
+		if rate, _, _ := r.pods[id].Effective(r.now, "listed", shares.Ceiling{Rate: 100, Burst: 20}); rate != 0 {
+			t.Fatalf("%s enforces %.1f/s for a tenant without a budget while unknown tenants are denied", id, rate)
+		}
+	}
+}
