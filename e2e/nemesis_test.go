@@ -200,11 +200,14 @@ func budgetLimit(sched []fault, rate float64, burst int64, lag, duration time.Du
 }
 
 // nemesisSeeds returns the seeds the full suite runs: E2E_NEMESIS_SEEDS
-// (comma-separated), or 1 to 5.
+// (comma-separated; "none" runs no nemesis), or 1 to 5.
 func nemesisSeeds() ([]uint64, error) {
 	v := os.Getenv("E2E_NEMESIS_SEEDS")
-	if v == "" {
+	switch v {
+	case "":
 		return []uint64{1, 2, 3, 4, 5}, nil
+	case "none":
+		return nil, nil
 	}
 	var out []uint64
 	for _, s := range strings.Split(v, ",") {
