@@ -105,6 +105,11 @@ type slot struct {
 	// dropped is the epoch of the tombstone that dropped the slot's grant
 	// (epoch is 0 since), while the tenant is being forgotten.
 	dropped uint64
+	// pfR, pfB: the region's floor under budgets a change replaced, while
+	// pods that read etcd later than the leader may still enforce it (see
+	// note).
+	pfR float64
+	pfB int64
 }
 
 // held is an older grant a region may still be enforcing: until it
@@ -162,6 +167,11 @@ type tenantState struct {
 	rate   float64   // R at the last rebalance, for DemandCap; 0 until known
 	budget Budget    // its budget in that rebalance (its own, or the default)
 	own    bool      // budget is the tenant's own (see setBudgets)
+	// noted is the budget the allocator last saw the tenant under; pfUntil
+	// ends the slots' pfR, pfB (see note).
+	noted   Budget
+	isNoted bool
+	pfUntil time.Time
 }
 
 // regionState is the leader's state of one region.
@@ -246,7 +256,8 @@ type Allocator struct {
 	fb, tb, cb, curB     []int64
 	rem                  []float64
 	newNames             []string
-	lastOut              int // changes the last rebalance returned
+	lastOut              int       // changes the last rebalance returned
+	now                  time.Time // of the pass running
 
 	// free lists the indices of forgotten tenants, for reuse; frees counts
 	// the tenants forgotten so far; freed and freedIdx name those the last
@@ -483,6 +494,7 @@ func (a *Allocator) Grow(now time.Time) []Change {
 		return nil
 	}
 	a.growable = false
+	a.now = now
 	a.markLive(now, false)
 	for i := range a.regs {
 		a.regs[i].unblock, a.regs[i].awaiting = 0, false
@@ -600,6 +612,7 @@ func (a *Allocator) setBudgets(budgets map[string]Budget) {
 // tenant is idle. With retire, those others are forgotten (see retire);
 // without, they are left as they are.
 func (a *Allocator) rebalance(now time.Time, deflt *Budget, idle func(k int) bool, retire bool) []Change {
+	a.now = now
 	a.markLive(now, true)
 	a.growable = false
 	a.pending = a.pending[:0]
@@ -630,6 +643,7 @@ func (a *Allocator) rebalance(now time.Time, deflt *Budget, idle func(k int) boo
 		default:
 			continue
 		}
+		a.note(k, &t.budget)
 		out = a.rebalanceBudget(k, &t.budget, out)
 	}
 	a.lastOut = len(out)
@@ -727,6 +741,67 @@ func (a *Allocator) retire(k int, out []Change) ([]Change, bool) {
 	return out, done
 }
 
+// viewLag is how long, in Intervals, after the leader saw a budget change
+// the floors it lowered keep counting in ceilings: a pod on its floors (no
+// valid lease, or no grant yet) lowers them on its own reading of etcd,
+// which may come later than the leader's.
+const viewLag = 2
+
+// note records that tenant k's budget is b as of a.now. When that moves a
+// region's floor, the floor b replaced keeps counting in the region's
+// ceiling for viewLag Intervals (the largest of them, when several changes
+// fall within that time).
+func (a *Allocator) note(k int, b *Budget) {
+	t := &a.tenants[k]
+	if !t.isNoted {
+		t.noted, t.isNoted = *b, true
+		return
+	}
+	if budgetEqual(&t.noted, b) {
+		return
+	}
+	s := a.slots[k*a.n : (k+1)*a.n]
+	live := a.now.Before(t.pfUntil)
+	for i, r := range a.cfg.Regions {
+		fr, fb := Floor(t.noted, a.cfg.Regions, r)
+		if !live {
+			s[i].pfR, s[i].pfB = 0, 0
+		}
+		s[i].pfR, s[i].pfB = max(s[i].pfR, fr), max(s[i].pfB, fb)
+	}
+	t.pfUntil = a.now.Add(viewLag * a.cfg.Interval)
+	t.noted = *b
+}
+
+// budgetEqual reports whether a and b are the same budget.
+func budgetEqual(a, b *Budget) bool {
+	if a.Rate != b.Rate || a.Burst != b.Burst || a.mode() != b.mode() || a.Home != b.Home ||
+		a.floorFraction() != b.floorFraction() || len(a.Weights) != len(b.Weights) {
+		return false
+	}
+	for r, w := range a.Weights {
+		if v, ok := b.Weights[r]; !ok || v != w {
+			return false
+		}
+	}
+	return true
+}
+
+// noteAll notes every tenant's budget at now without rebalancing (a leader
+// that is learning): its own, or deflt unless nil or idle.
+func (a *Allocator) noteAll(now time.Time, deflt *Budget, idle func(k int) bool) {
+	a.now = now
+	for k := range a.tenants {
+		switch t := &a.tenants[k]; {
+		case t.name == "":
+		case t.own:
+			a.note(k, &t.budget)
+		case deflt != nil && (idle == nil || !idle(k)):
+			a.note(k, deflt)
+		}
+	}
+}
+
 // action is what a rebalance does to one slot.
 type action uint8
 
@@ -795,7 +870,7 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change, growOnly boo
 			hr, hb = max(hr, sl.rate), max(hb, sl.burst)
 			if hr > a.fr[i]*(1+eps) || hb > a.fb[i] {
 				reg.epoch++
-				*sl = slot{rate: a.fr[i], burst: a.fb[i], epoch: reg.epoch, demand: sl.demand, fast: sl.fast, stamp: sl.stamp, legR: sl.legR, legB: sl.legB}
+				*sl = slot{rate: a.fr[i], burst: a.fb[i], epoch: reg.epoch, demand: sl.demand, fast: sl.fast, stamp: sl.stamp, legR: sl.legR, legB: sl.legB, pfR: sl.pfR, pfB: sl.pfB}
 				out = append(out, Change{
 					Tenant: a.tenants[k].name, Region: a.cfg.Regions[i],
 					Grant:    Grant{Rate: sl.rate, Burst: sl.burst, FloorRate: sl.rate, FloorBurst: sl.burst, Epoch: sl.epoch},
@@ -803,7 +878,7 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change, growOnly boo
 					MinEpoch: reg.minEpoch,
 				})
 			} else {
-				*sl = slot{demand: sl.demand, fast: sl.fast, stamp: sl.stamp, legR: sl.legR, legB: sl.legB}
+				*sl = slot{demand: sl.demand, fast: sl.fast, stamp: sl.stamp, legR: sl.legR, legB: sl.legB, pfR: sl.pfR, pfB: sl.pfB}
 			}
 		}
 		cr, cb := a.fr[i], a.fb[i]
@@ -828,6 +903,15 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change, growOnly boo
 				cr, cb = max(cr, sl.legR), max(cb, sl.legB)
 			} else {
 				sl.legR, sl.legB = 0, 0
+			}
+		}
+		if sl.pfR > 0 || sl.pfB > 0 {
+			// A floor a budget change lowered, which a pod on its floors
+			// may still enforce until its view of etcd catches up.
+			if a.now.Before(a.tenants[k].pfUntil) {
+				cr, cb = max(cr, sl.pfR), max(cb, sl.pfB)
+			} else {
+				sl.pfR, sl.pfB = 0, 0
 			}
 		}
 		a.cr[i], a.cb[i], a.curR[i], a.curB[i] = cr, cb, curR, curB

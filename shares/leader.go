@@ -748,13 +748,16 @@ func (l *Leader) Budget(tenant string) (Budget, bool) {
 // grants that changed; they reach pods in the answers to their reports.
 func (l *Leader) Rebalance(now time.Time) []Change {
 	l.fold(now)
-	if l.Learning(now) {
-		return nil
-	}
 	var idle func(k int) bool
 	if l.cfg.IdleTimeout > 0 {
 		cut := now.Add(-l.cfg.IdleTimeout)
 		idle = func(k int) bool { return l.alloc.tenants[k].usedAt.Before(cut) }
+	}
+	if l.Learning(now) {
+		// Nothing is granted, but budget changes are noted: a floor one
+		// lowers counts for a while in the first grants (see note).
+		l.alloc.noteAll(now, l.deflt, idle)
+		return nil
 	}
 	changes := l.alloc.rebalance(now, l.deflt, idle, true)
 	l.record(changes)

@@ -26,6 +26,9 @@ type rig struct {
 	region  map[string]string
 	budgets map[string]shares.Budget
 	regions []string
+	// lagging pods read these budgets instead (their view of etcd is
+	// behind the leader's).
+	lagging map[string]map[string]shares.Budget
 }
 
 func newRig(t *testing.T, term uint64, regions []string, budgets map[string]shares.Budget, pods ...string) *rig {
@@ -62,7 +65,11 @@ func (r *rig) addPod(id string) {
 
 func (r *rig) own(id string) func(string) shares.Ceiling {
 	return func(t string) shares.Ceiling {
-		b, ok := r.budgets[t]
+		budgets := r.budgets
+		if v, ok := r.lagging[id]; ok {
+			budgets = v
+		}
+		b, ok := budgets[t]
 		if !ok {
 			b = rigDefault // the default tier
 		}
@@ -680,5 +687,64 @@ func TestDeniedTenantsNotTracked(t *testing.T) {
 		if rate, _, _ := r.pods[id].Effective(r.now, "listed", shares.Ceiling{Rate: 100, Burst: 20}); rate != 0 {
 			t.Fatalf("%s enforces %.1f/s for a tenant without a budget while unknown tenants are denied", id, rate)
 		}
+	}
+}
+
+// A floor-fraction change keeps R but moves floors between regions. A pod
+// on its floors (its lease lapsed) lowers its floor on its own reading of
+// etcd, which may come after the leader's: until then the region may
+// enforce the old floor, and the leader does not hand the difference to
+// others for two intervals.
+func TestFloorChangeWaitsForLaggingViews(t *testing.T) {
+	zero := 0.0
+	b := map[string]shares.Budget{"t": {Rate: 300, Burst: 60, Mode: shares.ModePinned, Home: "c", Floor: &zero}}
+	r := newRig(t, 1, []string{"a", "b", "c"}, b, "a/1", "b/1", "c/1")
+	r.cfg.First = true
+	r.newLeader(1)
+	r.converge("t", map[string]float64{"c": 300}, 3, 300)
+	// c/1 is cut off from the leader: its lease lapses and it enforces its
+	// floor, the whole budget.
+	for range 8 {
+		for _, id := range []string{"a/1", "b/1"} {
+			r.report(id, "t", 100, true)
+		}
+		r.rebalance()
+		r.step(time.Second)
+	}
+	if rate, _, leased := r.pods["c/1"].Effective(r.now, "t", r.own("c/1")("t")); leased || rate != 300 {
+		t.Fatalf("c/1 cut off enforces %.1f/s (leased %v), want its floor 300/s", rate, leased)
+	}
+	// The floor fraction goes to 0.3: c's floor falls to 240/s, a's and
+	// b's rise to 30/s. The leader reads it at once, c/1 later.
+	r.lagging = map[string]map[string]shares.Budget{"c/1": {"t": b["t"]}}
+	f := 0.3
+	r.budgets = map[string]shares.Budget{"t": {Rate: 300, Burst: 60, Mode: shares.ModePinned, Home: "c", Floor: &f}}
+	for i := range 2 {
+		for _, id := range []string{"a/1", "b/1"} {
+			r.report(id, "t", 100, true)
+		}
+		r.rebalance()
+		for _, id := range []string{"a/1", "b/1"} {
+			r.report(id, "t", 100, true)
+		}
+		r.safe("t", 300, fmt.Sprintf("round %d after the floor change, c/1's view behind", i))
+		r.step(time.Second)
+	}
+	// c/1 reads the change; the others get their floors.
+	delete(r.lagging, "c/1")
+	r.pods["c/1"].LowerFloors(r.own("c/1"))
+	for i := range 3 {
+		for _, id := range []string{"a/1", "b/1"} {
+			r.report(id, "t", 100, true)
+		}
+		r.rebalance()
+		for _, id := range []string{"a/1", "b/1"} {
+			r.report(id, "t", 100, true)
+		}
+		r.safe("t", 300, fmt.Sprintf("round %d after c/1 read the change", i))
+		r.step(time.Second)
+	}
+	if g := r.grant("a/1", "t"); g.Rate < 30-1e-9 {
+		t.Fatalf("a/1 holds %+v once every view is current, want its 30/s floor", g)
 	}
 }
