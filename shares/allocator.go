@@ -198,7 +198,7 @@ type regionState struct {
 	// applied this term's grants yet (see Legacy).
 	legacy bool
 	// awaiting: the last Rebalance or Grow deferred a grow of the region
-	// until another region acknowledges a shrink (see Awaiting).
+	// for want of free capacity (see Awaiting).
 	awaiting bool
 }
 
@@ -1159,23 +1159,17 @@ func (a *Allocator) apply(k int, s []slot, mode Mode, rate float64, burst int64,
 		if a.act[i] == actGrow && mode != ModeFull && a.tr[i] > sl.rate+tiny {
 			sl.tgt, sl.tgtB = a.tr[i], a.tb[i]
 			deferred = true
+			a.regs[i].awaiting = true
 		}
 	}
 	if deferred {
 		a.pending = append(a.pending, k)
-		waits := false // on an acknowledgement (not only on demand moving)
 		for j := range n {
 			if sl := &s[j]; sl.nheld > 0 {
-				waits = true
 				u := sl.held[0].until
 				if reg := &a.regs[j]; reg.unblock == 0 || u < reg.unblock {
 					reg.unblock = u
 				}
-			}
-		}
-		for i := range n {
-			if waits && s[i].tgt > s[i].rate+tiny {
-				a.regs[i].awaiting = true
 			}
 		}
 	}
