@@ -146,9 +146,3 @@ func (c Config) allocatorConfig(regions []string) shares.Config {
 	sc.Lease = c.Lease
 	return sc
 }
-
-// pollInterval is how soon a pod whose region awaits a grow is asked to
-// report again: a tenth of the rebalance interval, within 50–250 ms.
-func (c Config) pollInterval() time.Duration {
-	return min(max(c.RebalanceInterval/10, 50*time.Millisecond), 250*time.Millisecond)
-}

@@ -54,10 +54,6 @@ type ReportAnswer struct {
 	RegionRemoved bool
 	// Coordinators are the gRPC addresses of every election candidate.
 	Coordinators []string
-	// AgainIn, when positive: a grow of the pod's region waits for other
-	// regions' acknowledgements; the pod should report again after this
-	// long to receive it promptly.
-	AgainIn time.Duration
 }
 
 // Coordinator is one coordinator instance: a candidate, and while elected
@@ -551,11 +547,7 @@ func (c *Coordinator) Report(_ context.Context, r PodReport) (ReportAnswer, erro
 		default:
 		}
 	}
-	out := ReportAnswer{Answer: ans, Coordinators: t.peers}
-	if !ans.Learning && t.lead.Allocator().Awaiting(r.Region) {
-		out.AgainIn = c.cfg.pollInterval()
-	}
-	return out, nil
+	return ReportAnswer{Answer: ans, Coordinators: t.peers}, nil
 }
 
 // logTenantCap logs, at most once a minute, that the tenant cap was hit.

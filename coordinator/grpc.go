@@ -103,7 +103,7 @@ func (g *grpcAPI) Report(ctx context.Context, r *allotv1.ReportRequest) (*allotv
 		Accepted: true, Leader: g.c.cfg.GRPCAddr, LeaseMs: ans.Lease.Milliseconds(),
 		Term: ans.Term, Learning: ans.Learning, Full: ans.Full, Epoch: ans.Epoch,
 		ColdRate: ans.Cold.Rate, ColdBurst: ans.Cold.Burst, SharePods: int32(ans.SharePods), Pods: int32(ans.Pods),
-		Coordinators: ans.Coordinators, AgainMs: ans.AgainIn.Milliseconds(),
+		Coordinators: ans.Coordinators,
 	}
 	if len(ans.Entries) > 0 {
 		out.Grants = make([]*allotv1.Grant, len(ans.Entries))

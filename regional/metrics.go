@@ -19,7 +19,6 @@ type metrics struct {
 	leaseValid    prometheus.GaugeFunc
 	leaseLeft     prometheus.GaugeFunc
 	reports       *prometheus.CounterVec
-	polls         prometheus.Counter
 	dropped       prometheus.CounterFunc
 	policyVersion prometheus.GaugeFunc
 	livePods      prometheus.GaugeFunc
@@ -80,9 +79,6 @@ func newMetrics(reg prometheus.Registerer, region string, s *Service) (*metrics,
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "allot_reports_total", Help: "Reports sent to the coordinator, by result (accepted, learning: the leader learns and renews nothing, no_policy, region_removed, redirected, failed, no_leader).", ConstLabels: cl,
 		}, []string{"result"}),
-		polls: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "allot_report_polls_total", Help: "Early reports the leader asked for (a grow of the region waited for other regions' acknowledgements).", ConstLabels: cl,
-		}),
 		dropped: prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "allot_report_units_dropped_total", Help: "Units not counted for reports because the tenant table was full.", ConstLabels: cl,
 		}, func() float64 { return float64(s.counts.dropped.Load()) }),
@@ -111,7 +107,7 @@ func newMetrics(reg prometheus.Registerer, region string, s *Service) (*metrics,
 	if m.fallback, err = register(reg, m.fallback); err != nil {
 		return nil, err
 	}
-	for _, c := range []prometheus.Collector{m.storeDuration, m.storeErrors, m.grantAge, m.leaseValid, m.leaseLeft, m.reports, m.polls, m.dropped, m.policyVersion, m.livePods, newLeaseUnits(m)} {
+	for _, c := range []prometheus.Collector{m.storeDuration, m.storeErrors, m.grantAge, m.leaseValid, m.leaseLeft, m.reports, m.dropped, m.policyVersion, m.livePods, newLeaseUnits(m)} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -84,19 +84,9 @@ func (r *reporter) run(ctx context.Context) error {
 	settle := time.NewTimer(promptSettle)
 	settle.Stop()
 	defer settle.Stop()
-	// And again soon when the leader says a grow of the region waits for
-	// other regions' acknowledgements (the answer's again_ms).
-	poll := time.NewTimer(time.Hour)
-	poll.Stop()
-	defer poll.Stop()
-	arm := func(again time.Duration) {
-		if again > 0 {
-			poll.Reset(max(again, minPoll))
-		}
-	}
 	// The first report goes at once: until a leader answers, the pod
 	// enforces nothing for budget limits (and is not ready).
-	arm(r.report(ctx, r.s.counts.drain(), r.s.cfg.ReportInterval))
+	r.report(ctx, r.s.counts.drain(), r.s.cfg.ReportInterval)
 	last = r.s.cfg.Now()
 	for {
 		select {
@@ -108,19 +98,14 @@ func (r *reporter) run(ctx context.Context) error {
 			}
 			continue
 		case <-settle.C:
-		case <-poll.C:
-			r.s.m.polls.Inc()
 		case <-t.C:
 		}
 		now := r.s.cfg.Now()
 		usage := r.s.counts.drain()
-		arm(r.report(ctx, usage, now.Sub(last)))
+		r.report(ctx, usage, now.Sub(last))
 		last = now
 	}
 }
-
-// minPoll bounds how often a pod reports at the leader's request.
-const minPoll = 20 * time.Millisecond
 
 func (r *reporter) close() {
 	r.mu.Lock()
@@ -179,10 +164,7 @@ func (r *reporter) redirect(addr string) {
 }
 
 // report sends one report (following one redirect) and applies the answer.
-//
-// It returns how soon the leader asked the pod to report again (0: at its
-// next interval).
-func (r *reporter) report(ctx context.Context, usage map[string]shares.Usage, interval time.Duration) time.Duration {
+func (r *reporter) report(ctx context.Context, usage map[string]shares.Usage, interval time.Duration) {
 	term, applied, held := r.s.view.reportState()
 	req := &allotv1.ReportRequest{
 		Region: r.s.cfg.Region, Pod: r.s.cfg.Pod, IntervalMs: max(1, interval.Milliseconds()),
@@ -208,7 +190,7 @@ func (r *reporter) report(ctx context.Context, usage map[string]shares.Usage, in
 		if err != nil {
 			r.s.m.reports.WithLabelValues("no_leader").Inc()
 			r.s.log.Debug("no leader to report to", "err", err)
-			return 0
+			return
 		}
 		rctx, cancel := context.WithTimeout(ctx, r.s.cfg.ReportTimeout)
 		// The lease counts from when the report was sent (monotonic clock).
@@ -220,20 +202,20 @@ func (r *reporter) report(ctx context.Context, usage map[string]shares.Usage, in
 			r.s.log.Warn("the leader says this pod's region is not in the policy: enforcing nothing for budget limits",
 				"region", r.s.cfg.Region)
 			r.s.view.removed()
-			return 0
+			return
 		}
 		if status.Code(err) == codes.FailedPrecondition {
 			// The leader has no policy yet (it loads one at its next
 			// rebalance): not a failure of this pod's.
 			r.s.m.reports.WithLabelValues("no_policy").Inc()
 			r.s.log.Debug("the leader has no policy yet", "err", err)
-			return 0
+			return
 		}
 		if err != nil {
 			r.s.m.reports.WithLabelValues("failed").Inc()
 			r.s.log.Debug("report failed", "err", err)
 			r.redirect("") // look the leader up again next time
-			return 0
+			return
 		}
 		if !resp.GetAccepted() {
 			r.s.m.reports.WithLabelValues("redirected").Inc()
@@ -251,9 +233,8 @@ func (r *reporter) report(ctx context.Context, usage map[string]shares.Usage, in
 			r.s.m.reports.WithLabelValues("accepted").Inc()
 		}
 		r.s.view.answered(sentAt, answerFromPB(resp), r.s.cfg.Now())
-		return time.Duration(resp.GetAgainMs()) * time.Millisecond
+		return
 	}
-	return 0
 }
 
 // regionNotInPolicy reports whether a report was refused because the pod's

@@ -322,12 +322,7 @@ type ReportResponse struct {
 	Pods int32 `protobuf:"varint,13,opt,name=pods,proto3" json:"pods,omitempty"`
 	// gRPC addresses of every coordinator taking part in the election, to
 	// try when the leader and etcd are out of reach.
-	Coordinators []string `protobuf:"bytes,14,rep,name=coordinators,proto3" json:"coordinators,omitempty"`
-	// When positive, the leader holds a grow for the pod's region that waits
-	// for other regions to acknowledge their shrinks: the pod reports again
-	// after this long (not waiting for its next interval), so that the grow
-	// reaches it soon after they do.
-	AgainMs       int64 `protobuf:"varint,15,opt,name=again_ms,json=againMs,proto3" json:"again_ms,omitempty"`
+	Coordinators  []string `protobuf:"bytes,14,rep,name=coordinators,proto3" json:"coordinators,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -460,13 +455,6 @@ func (x *ReportResponse) GetCoordinators() []string {
 	return nil
 }
 
-func (x *ReportResponse) GetAgainMs() int64 {
-	if x != nil {
-		return x.AgainMs
-	}
-	return 0
-}
-
 var File_allot_v1_coordinator_proto protoreflect.FileDescriptor
 
 const file_allot_v1_coordinator_proto_rawDesc = "" +
@@ -495,7 +483,7 @@ const file_allot_v1_coordinator_proto_rawDesc = "" +
 	"\vfloor_burst\x18\x05 \x01(\x03R\n" +
 	"floorBurst\x12\x14\n" +
 	"\x05epoch\x18\x06 \x01(\x04R\x05epoch\x12\x18\n" +
-	"\adropped\x18\a \x01(\bR\adropped\"\xad\x03\n" +
+	"\adropped\x18\a \x01(\bR\adropped\"\x92\x03\n" +
 	"\x0eReportResponse\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x19\n" +
@@ -513,8 +501,7 @@ const file_allot_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
 	"share_pods\x18\f \x01(\x05R\tsharePods\x12\x12\n" +
 	"\x04pods\x18\r \x01(\x05R\x04pods\x12\"\n" +
-	"\fcoordinators\x18\x0e \x03(\tR\fcoordinators\x12\x19\n" +
-	"\bagain_ms\x18\x0f \x01(\x03R\aagainMs2J\n" +
+	"\fcoordinators\x18\x0e \x03(\tR\fcoordinators2J\n" +
 	"\vCoordinator\x12;\n" +
 	"\x06Report\x12\x17.allot.v1.ReportRequest\x1a\x18.allot.v1.ReportResponseB3Z1github.com/allot-dev/allot/proto/allot/v1;allotv1b\x06proto3"
 
