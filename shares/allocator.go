@@ -197,9 +197,6 @@ type regionState struct {
 	// legacy: some pod that reported floors of an older term has not
 	// applied this term's grants yet (see Legacy).
 	legacy bool
-	// awaiting: the last Rebalance or Grow deferred a grow of the region
-	// for want of free capacity (see Awaiting).
-	awaiting bool
 }
 
 // Legacy records that a pod of region, still holding grants of an older
@@ -467,14 +464,6 @@ func (a *Allocator) Ack(region string, applied uint64) (bool, error) {
 	return a.growable, nil
 }
 
-// Awaiting reports whether the last Rebalance or Grow deferred a grow of
-// region until other regions acknowledge their shrinks: its pods will have
-// news as soon as they do. It changes nothing.
-func (a *Allocator) Awaiting(region string) bool {
-	i, ok := a.regIdx[region]
-	return ok && a.regs[i].awaiting
-}
-
 // Growable reports whether an acknowledgement received since the last
 // Rebalance or Grow retired an older grant that a pending grow waits for:
 // whether Grow may now write something.
@@ -497,7 +486,7 @@ func (a *Allocator) Grow(now time.Time) []Change {
 	a.now = now
 	a.markLive(now, false)
 	for i := range a.regs {
-		a.regs[i].unblock, a.regs[i].awaiting = 0, false
+		a.regs[i].unblock = 0
 	}
 	pend := a.pending
 	a.pending = nil
@@ -617,7 +606,7 @@ func (a *Allocator) rebalance(now time.Time, deflt *Budget, idle func(k int) boo
 	a.growable = false
 	a.pending = a.pending[:0]
 	for i := range a.regs {
-		a.regs[i].unblock, a.regs[i].awaiting = 0, false
+		a.regs[i].unblock = 0
 	}
 	// Reserve what the last rebalance wrote: growing a large slice by
 	// appending would copy it several times.
@@ -1159,7 +1148,6 @@ func (a *Allocator) apply(k int, s []slot, mode Mode, rate float64, burst int64,
 		if a.act[i] == actGrow && mode != ModeFull && a.tr[i] > sl.rate+tiny {
 			sl.tgt, sl.tgtB = a.tr[i], a.tb[i]
 			deferred = true
-			a.regs[i].awaiting = true
 		}
 	}
 	if deferred {
