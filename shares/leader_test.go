@@ -719,7 +719,9 @@ func TestFloorChangeWaitsForLaggingViews(t *testing.T) {
 	r.lagging = map[string]map[string]shares.Budget{"c/1": {"t": b["t"]}}
 	f := 0.3
 	r.budgets = map[string]shares.Budget{"t": {Rate: 300, Burst: 60, Mode: shares.ModePinned, Home: "c", Floor: &f}}
-	for i := range 2 {
+	// round: a/1 and b/1 report around a rebalance; c/1 stays cut off.
+	round := func(when string) {
+		t.Helper()
 		for _, id := range []string{"a/1", "b/1"} {
 			r.report(id, "t", 100, true)
 		}
@@ -727,22 +729,17 @@ func TestFloorChangeWaitsForLaggingViews(t *testing.T) {
 		for _, id := range []string{"a/1", "b/1"} {
 			r.report(id, "t", 100, true)
 		}
-		r.safe("t", 300, fmt.Sprintf("round %d after the floor change, c/1's view behind", i))
+		r.safe("t", 300, when)
 		r.step(time.Second)
+	}
+	for i := range 2 {
+		round(fmt.Sprintf("round %d after the floor change, c/1's view behind", i))
 	}
 	// c/1 reads the change; the others get their floors.
 	delete(r.lagging, "c/1")
 	r.pods["c/1"].LowerFloors(r.own("c/1"))
 	for i := range 3 {
-		for _, id := range []string{"a/1", "b/1"} {
-			r.report(id, "t", 100, true)
-		}
-		r.rebalance()
-		for _, id := range []string{"a/1", "b/1"} {
-			r.report(id, "t", 100, true)
-		}
-		r.safe("t", 300, fmt.Sprintf("round %d after c/1 read the change", i))
-		r.step(time.Second)
+		round(fmt.Sprintf("round %d after c/1 read the change", i))
 	}
 	if g := r.grant("a/1", "t"); g.Rate < 30-1e-9 {
 		t.Fatalf("a/1 holds %+v once every view is current, want its 30/s floor", g)
