@@ -424,34 +424,38 @@ func (l *Leader) lowered(r PodReport) []Entry {
 	return out
 }
 
-// podUsage is one pod's last report, per second: use[j] is the usage of the
-// allocator's tenant ids[j] (tenants are indexed as reports arrive, so that
-// folding a region's reports at a rebalance hashes no names).
+// podUsage is one pod's rates over its last reports, per second: use[j] is
+// the usage of the allocator's tenant ids[j] (tenants are indexed as reports
+// arrive, so that folding a region's reports at a rebalance hashes no
+// names), over the span of the reports it covers.
 type podUsage struct {
 	at    time.Time
-	frees uint64 // Allocator.frees when recorded: an id born later is another tenant
+	span  time.Duration // the time the rates cover (see accumulate)
+	frees uint64        // Allocator.frees when recorded: an id born later is another tenant
 	ids   []int32
 	use   []Usage
 }
 
-// accumulate records r's usage as its pod's latest rates. A tenant the
-// allocator does not know yet joins it here (in name order within one
-// report, so that the order of tenants is a function of the reports),
-// unless MaxTenants are known already.
+// accumulate records r's usage as its pod's latest rates. A report that
+// covers less than an Interval (one sent early, after a shrink) is merged
+// with the rates before it, so that the pod's rates always cover about an
+// Interval: alone, a few tens of milliseconds of Poisson traffic would say
+// a rate of 0 or several times the real one, and a region's demand would
+// jump with it. A tenant the allocator does not know yet joins it here (in
+// name order within one report, so that the order of tenants is a function
+// of the reports), unless MaxTenants are known already.
 func (l *Leader) accumulate(reg *leaderRegion, r PodReport, now time.Time) {
-	secs := r.Interval.Seconds()
 	pu := reg.latest[r.Pod]
-	pu.at, pu.ids, pu.use = now, pu.ids[:0], pu.use[:0]
-	pu.frees = l.alloc.frees
+	// keep is how much of the previous rates' span to merge with r.
+	var keep time.Duration
+	if len(pu.ids) > 0 && r.Interval < l.cfg.Interval && now.Sub(pu.at) <= 3*l.cfg.Interval {
+		keep = min(pu.span, l.cfg.Interval-r.Interval)
+	}
 	l.newNames = l.newNames[:0]
-	for t, u := range r.Usage {
-		k, ok := l.alloc.tIdx[t]
-		if !ok {
+	for t := range r.Usage {
+		if _, ok := l.alloc.tIdx[t]; !ok {
 			l.newNames = append(l.newNames, t)
-			continue
 		}
-		pu.ids = append(pu.ids, int32(k))
-		pu.use = append(pu.use, Usage{Offered: u.Offered / secs, Admitted: u.Admitted / secs})
 	}
 	if len(l.newNames) > 0 {
 		sort.Strings(l.newNames)
@@ -463,22 +467,73 @@ func (l *Leader) accumulate(reg *leaderRegion, r PodReport, now time.Time) {
 				l.stats.DroppedTenants++
 				continue
 			}
-			u := r.Usage[t]
-			pu.ids = append(pu.ids, int32(l.alloc.tenant(t)))
-			pu.use = append(pu.use, Usage{Offered: u.Offered / secs, Admitted: u.Admitted / secs})
+			l.alloc.tenant(t)
 		}
 	}
+	secs := r.Interval.Seconds()
+	if keep <= 0 {
+		pu.ids, pu.use = pu.ids[:0], pu.use[:0]
+		for t, u := range r.Usage {
+			if k, ok := l.alloc.tIdx[t]; ok {
+				pu.ids = append(pu.ids, int32(k))
+				pu.use = append(pu.use, Usage{Offered: u.Offered / secs, Admitted: u.Admitted / secs})
+			}
+		}
+		pu.span = r.Interval
+	} else {
+		// Units over keep + r.Interval, by tenant index, in l.sum.
+		l.grow()
+		l.touched = l.touched[:0]
+		add := func(k int32, off, adm float64) {
+			if !l.seen[k] {
+				l.seen[k] = true
+				l.touched = append(l.touched, k)
+			}
+			l.sum[k].Offered += off
+			l.sum[k].Admitted += adm
+		}
+		ks := keep.Seconds()
+		check := pu.frees != l.alloc.frees
+		for j, k := range pu.ids {
+			if check && (l.alloc.tenants[k].name == "" || l.alloc.tenants[k].born > pu.frees) {
+				continue // forgotten since
+			}
+			add(k, pu.use[j].Offered*ks, pu.use[j].Admitted*ks)
+		}
+		for t, u := range r.Usage {
+			if k, ok := l.alloc.tIdx[t]; ok {
+				add(int32(k), u.Offered, u.Admitted)
+			}
+		}
+		span := keep + r.Interval
+		ss := span.Seconds()
+		pu.ids, pu.use = pu.ids[:0], pu.use[:0]
+		for _, k := range l.touched {
+			u := l.sum[k]
+			pu.ids = append(pu.ids, k)
+			pu.use = append(pu.use, Usage{Offered: u.Offered / ss, Admitted: u.Admitted / ss})
+		}
+		l.clearSum(l.touched)
+		l.touched = l.touched[:0]
+		pu.span = span
+	}
+	pu.at, pu.frees = now, l.alloc.frees
 	reg.latest[r.Pod] = pu
+}
+
+// grow sizes the scratch sums to the allocator's tenants.
+func (l *Leader) grow() {
+	if n := len(l.alloc.tenants); len(l.sum) < n {
+		l.sum = append(l.sum, make([]Usage, n-len(l.sum))...)
+		l.seen = append(l.seen, make([]bool, n-len(l.seen))...)
+	}
 }
 
 // regionSum sums, into l.sum by tenant index, the latest rates of reg's pods
 // that reported within three rebalance intervals, forgetting the others. It
 // returns the tenants summed; the caller clears their sums.
 func (l *Leader) regionSum(reg *leaderRegion, now time.Time) []int32 {
-	if n := len(l.alloc.tenants); len(l.sum) < n {
-		l.sum = append(l.sum, make([]Usage, n-len(l.sum))...)
-		l.seen = append(l.seen, make([]bool, n-len(l.seen))...)
-	}
+	l.grow()
 	l.touched = l.touched[:0]
 	for id, pu := range reg.latest {
 		if now.Sub(pu.at) > 3*l.cfg.Interval {

@@ -656,6 +656,56 @@ func TestBusiestAndTenantRates(t *testing.T) {
 	}
 }
 
+// A report that covers less than an Interval (a pod reports early after a
+// shrink) is merged with the rates before it: a few milliseconds of traffic
+// must not set the pod's rate (Interval 1 s here).
+func TestShortReportsMergeWithTheLastInterval(t *testing.T) {
+	type rep struct {
+		every   time.Duration
+		offered float64 // units in the report
+	}
+	for _, tc := range []struct {
+		name string
+		reps []rep
+		want float64 // the pod's offered rate after them
+	}{
+		{"one full interval", []rep{{time.Second, 100}}, 100},
+		{"a full interval replaces", []rep{{time.Second, 100}, {time.Second, 40}}, 40},
+		{"a longer one replaces", []rep{{time.Second, 100}, {2 * time.Second, 40}}, 20},
+		// 20 ms without an arrival: 98 of the 100/s interval's units
+		// plus none, over 1 s.
+		{"an empty early report", []rep{{time.Second, 100}, {20 * time.Millisecond, 0}}, 98},
+		// 20 ms with 10 units (a 500/s reading alone): 98 + 10.
+		{"a busy early report", []rep{{time.Second, 100}, {20 * time.Millisecond, 10}}, 108},
+		// Two early ones of 50 ms: each keeps 950 ms of the rates
+		// before it (95 units at 100/s) and adds its 5.
+		{"two early reports", []rep{{time.Second, 100}, {50 * time.Millisecond, 5}, {50 * time.Millisecond, 5}}, 100},
+		// A first report shorter than an Interval has nothing to merge.
+		{"an early first report", []rep{{100 * time.Millisecond, 3}}, 30},
+		// The previous span is shorter than what is missing: all of it.
+		{"after a short first", []rep{{100 * time.Millisecond, 3}, {100 * time.Millisecond, 5}}, 40},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, 1, []string{"a"}, map[string]shares.Budget{}, "a/1")
+			r.cfg.First = true
+			r.newLeader(1)
+			for _, x := range tc.reps {
+				r.now = r.now.Add(x.every)
+				term, applied := r.pods["a/1"].State()
+				if _, err := r.l.Report(r.now, shares.PodReport{Region: "a", Pod: "a/1", Term: term, Applied: applied,
+					Interval: x.every, Usage: map[string]shares.Usage{"t": {Offered: x.offered, Admitted: x.offered}}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r.rebalance()
+			got := r.l.TenantRates("t")
+			if len(got) != 1 || math.Abs(got[0].Offered-tc.want) > 1e-9 || math.Abs(got[0].Admitted-tc.want) > 1e-9 {
+				t.Fatalf("TenantRates(t) = %+v, want offered and admitted %v/s", got, tc.want)
+			}
+		})
+	}
+}
+
 // With unknown tenants denied (no default tier) the leader does not track
 // a tenant pods report without a budget of its own, and forgets one whose
 // budget record goes away (after shrinking its grants to the cold floor,
