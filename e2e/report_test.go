@@ -158,7 +158,7 @@ func (m *run) plot(w *bytes.Buffer) error {
 	top.X.Label.Text = "seconds"
 	top.Y.Label.Text = "units/s"
 	bottom := plot.New()
-	bottom.Title.Text = "per region: admitted/s (solid, 3-s mean) and ideal share (dashed)"
+	bottom.Title.Text = "per region: admitted/s (solid, 3-s mean), ideal share (dashed), leader's grant (dotted)"
 	bottom.X.Label.Text = "seconds"
 	bottom.Y.Label.Text = "units/s"
 	xy := func(f func(second) float64, smoothed bool) plotter.XYs {
@@ -221,6 +221,18 @@ func (m *run) plot(w *bytes.Buffer) error {
 		}
 		if err := add(bottom, "", xy(func(s second) float64 { return s.RegionShare[i] }, true), c, true, vg.Points(1)); err != nil {
 			return err
+		}
+		if len(m.grants) > 1 {
+			pts := make(plotter.XYs, len(m.grants))
+			for k, g := range m.grants {
+				pts[k] = plotter.XY{X: g.at.Seconds(), Y: g.rates[i]}
+			}
+			l, err := plotter.NewLine(pts)
+			if err != nil {
+				return err
+			}
+			l.Color, l.Width, l.Dashes = c, vg.Points(0.75), []vg.Length{vg.Points(1), vg.Points(2)}
+			bottom.Add(l)
 		}
 	}
 	top.Y.Min, bottom.Y.Min = 0, 0

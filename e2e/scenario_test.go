@@ -64,6 +64,69 @@ type run struct {
 	failures []string
 	sim      *simComparison
 	marks    []mark // instants worth drawing (faults)
+	// grants are the leader's grants of the tenant as sampled during the
+	// run (see sampleGrants).
+	grants []grantSample
+}
+
+// grantSample is the leader's grant of each region (by region index) at an
+// instant of the load's clock; ok is false when the leader did not answer.
+type grantSample struct {
+	at    time.Duration
+	rates []float64
+}
+
+// grantEvery is how often sampleGrants asks the leader.
+const grantEvery = 250 * time.Millisecond
+
+// sampleGrants asks the leader for the tenant's grants every grantEvery
+// until ctx ends, and returns what it got (a sample the leader did not
+// answer is left out: a fault may make it unreachable).
+func sampleGrants(ctx context.Context, c *cluster, l *load, tenant string, regions []string) []grantSample {
+	var out []grantSample
+	t := time.NewTicker(grantEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return out
+		case <-t.C:
+		}
+		qctx, cancel := context.WithTimeout(ctx, grantEvery)
+		v, err := c.shares(qctx, tenant)
+		cancel()
+		if err != nil || v.Source != "leader" {
+			continue
+		}
+		g := grantSample{at: l.elapsed(), rates: make([]float64, len(regions))}
+		for _, s := range v.Regions {
+			if i := slices.Index(regions, s.Region); i >= 0 {
+				g.rates[i] = s.Rate
+			}
+		}
+		out = append(out, g)
+	}
+}
+
+// meanGrants returns each region's mean sampled grant over [from, to), and
+// how many samples fell there.
+func (m *run) meanGrants(from, to time.Duration) ([]float64, int) {
+	sum, n := make([]float64, len(m.regions)), 0
+	for _, g := range m.grants {
+		if g.at < from || g.at >= to {
+			continue
+		}
+		for i, r := range g.rates {
+			sum[i] += r
+		}
+		n++
+	}
+	if n > 0 {
+		for i := range sum {
+			sum[i] /= float64(n)
+		}
+	}
+	return sum, n
 }
 
 type mark struct {
@@ -112,6 +175,8 @@ func runScenario(t *testing.T, c *cluster, sc *scenario) *run {
 	}
 	lctx, stop := context.WithCancel(ctx)
 	l := startLoad(lctx, c, streams, uint64(len(sc.name)))
+	grantsDone := make(chan []grantSample, 1)
+	go func() { grantsDone <- sampleGrants(lctx, c, l, sc.tenant, m.regions) }()
 	actDone := make(chan struct{})
 	go func() {
 		defer close(actDone)
@@ -123,6 +188,7 @@ func runScenario(t *testing.T, c *cluster, sc *scenario) *run {
 	stop()
 	l.wait()
 	<-actDone
+	m.grants = <-grantsDone
 	if err != nil {
 		t.Fatalf("%s: %v", sc.name, err)
 	}
