@@ -151,9 +151,10 @@ type leaderRegion struct {
 	pods    map[string]*podRec
 	log     []logRec
 	current map[string]Grant // newest grant per tenant
-	// latest is each pod's last report as rates (units per second): a
-	// region's demand is the sum over its pods of their latest rates, so
-	// that how many reports fall between two rebalances does not matter.
+	// latest is each pod's rates (units per second) over its last reports
+	// (about one Interval, see accumulate): a region's demand is the sum
+	// over its pods of their latest rates, so that how many reports fall
+	// between two rebalances does not matter.
 	latest map[string]podUsage
 	// rates are the summed latest rates by tenant index as of the last
 	// fold, ratesIDs the indices set (for TenantRates and Busiest).
