@@ -78,6 +78,10 @@ type Coordinator struct {
 
 	budgetCache *budgetCache // the budget records, mirrored from etcd by Run
 	capLogged   time.Time
+
+	// fenceUntil: this coordinator answers no report from then on unless
+	// a keepalive of its election session extends it (see keepFence).
+	fenceUntil time.Time
 }
 
 // term is the state of one leadership: the election it won, and the
@@ -194,6 +198,9 @@ func (c *Coordinator) Run(ctx context.Context) error {
 }
 
 func (c *Coordinator) campaign(ctx context.Context) error {
+	// The session's lease is granted after this: it expires on etcd no
+	// sooner than a TTL from now.
+	granted := time.Now()
 	sess, err := concurrency.NewSession(c.cfg.Etcd,
 		concurrency.WithTTL(int(c.cfg.SessionTTL/time.Second)), concurrency.WithContext(ctx))
 	if err != nil {
@@ -201,6 +208,7 @@ func (c *Coordinator) campaign(ctx context.Context) error {
 	}
 	defer func() { _ = sess.Close() }()
 	el := concurrency.NewElection(sess, c.store.ElectionPrefix())
+	c.extendFence(granted, c.cfg.SessionTTL)
 
 	// Campaign and observe only while the session lives.
 	sctx, cancel := context.WithCancel(ctx)
@@ -216,12 +224,57 @@ func (c *Coordinator) campaign(ctx context.Context) error {
 		}
 	})
 	wg.Go(func() { c.observe(sctx, el) })
+	wg.Go(func() { c.keepFence(sctx, sess.Lease()) })
 
 	val, _ := json.Marshal(LeaderInfo{ID: c.cfg.ID, GRPC: c.cfg.GRPCAddr, HTTP: c.cfg.HTTPAddr})
 	if err := el.Campaign(sctx, string(val)); err != nil {
 		return fmt.Errorf("campaign: %w", err)
 	}
 	return c.lead(ctx, sctx, sess, el)
+}
+
+// fenceMargin is what a fence keeps from the session's expiry on etcd, for
+// clock rates: a tenth of the TTL, at least 100 ms.
+func fenceMargin(ttl time.Duration) time.Duration { return max(100*time.Millisecond, ttl/10) }
+
+// keepFence renews the election session's lease itself every third of the
+// TTL, until ctx ends, and moves the fence to a margin before the expiry
+// each renewal guarantees: etcd expires the lease a TTL after it took the
+// renewal, which is after this coordinator sent it. So a leader answers no
+// report once etcd may have expired its session and another coordinator may
+// lead: a deposed leader never acts after its successor's term started, and
+// the successor may renew what pods hold at once (shares.LeaderConfig.Deposed
+// is 0). The session's own keepalives continue beside these.
+func (c *Coordinator) keepFence(ctx context.Context, id clientv3.LeaseID) {
+	every := c.cfg.SessionTTL / 3
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		sent := time.Now()
+		kctx, cancel := context.WithTimeout(ctx, every)
+		resp, err := c.cfg.Etcd.KeepAliveOnce(kctx, id)
+		cancel()
+		if err != nil || resp.TTL <= 0 {
+			c.log.Debug("session keepalive for the fence failed", "err", err)
+			continue
+		}
+		c.extendFence(sent, time.Duration(resp.TTL)*time.Second)
+	}
+}
+
+// extendFence moves the fence to a margin before sent + ttl, if later.
+func (c *Coordinator) extendFence(sent time.Time, ttl time.Duration) {
+	until := sent.Add(ttl - fenceMargin(ttl))
+	c.mu.Lock()
+	if until.After(c.fenceUntil) {
+		c.fenceUntil = until
+	}
+	c.mu.Unlock()
 }
 
 // observe keeps c.leader current until ctx (the session) ends.
@@ -457,6 +510,7 @@ func (c *Coordinator) refreshPolicy(ctx context.Context, t *term) error {
 	cfg := shares.LeaderConfig{
 		Config:      c.cfg.allocatorConfig(doc.Regions),
 		Learning:    c.cfg.Lease + c.cfg.SessionTTL,
+		Deposed:     0, // older leaders fence themselves (keepFence)
 		MaxTenants:  c.cfg.MaxTenants,
 		IdleTimeout: c.cfg.TenantIdleTimeout,
 		ValidTenant: policy.ValidateTenant,
@@ -514,6 +568,12 @@ func (c *Coordinator) Report(_ context.Context, r PodReport) (ReportAnswer, erro
 		c.m.reports.WithLabelValues(r.Region, "not_leader").Inc()
 		return ReportAnswer{}, &NotLeaderError{Leader: c.leader.GRPC}
 	}
+	if !time.Now().Before(c.fenceUntil) {
+		// etcd may have expired the session: another coordinator may
+		// lead. The pod looks the leader up again.
+		c.m.reports.WithLabelValues(r.Region, "fenced").Inc()
+		return ReportAnswer{}, &NotLeaderError{}
+	}
 	if t.lead == nil {
 		c.m.reports.WithLabelValues(r.Region, "no_policy").Inc()
 		return ReportAnswer{}, ErrNoPolicy
@@ -537,6 +597,9 @@ func (c *Coordinator) Report(_ context.Context, r PodReport) (ReportAnswer, erro
 	}
 	if ans.Learning {
 		c.m.reports.WithLabelValues(r.Region, "learning").Inc()
+		if ans.Lease > 0 {
+			c.m.renewals.WithLabelValues(r.Region).Inc()
+		}
 	} else {
 		c.m.reports.WithLabelValues(r.Region, "accepted").Inc()
 	}

@@ -101,8 +101,9 @@ func (g *grpcAPI) Report(ctx context.Context, r *allotv1.ReportRequest) (*allotv
 	}
 	out := &allotv1.ReportResponse{
 		Accepted: true, Leader: g.c.cfg.GRPCAddr, LeaseMs: ans.Lease.Milliseconds(),
-		Term: ans.Term, Learning: ans.Learning, Full: ans.Full, Epoch: ans.Epoch,
-		ColdRate: ans.Cold.Rate, ColdBurst: ans.Cold.Burst, SharePods: int32(ans.SharePods), Pods: int32(ans.Pods),
+		Term: ans.Term, Learning: ans.Learning, Full: ans.Full, Epoch: ans.Epoch, HeldTerm: ans.HeldTerm,
+		LeasedForMs: ans.LeasedFor.Milliseconds(),
+		ColdRate:    ans.Cold.Rate, ColdBurst: ans.Cold.Burst, SharePods: int32(ans.SharePods), Pods: int32(ans.Pods),
 		Coordinators: ans.Coordinators,
 	}
 	if len(ans.Entries) > 0 {
@@ -121,11 +122,13 @@ const ReasonRegionNotInPolicy = "REGION_NOT_IN_POLICY"
 // ToGrantPB is a grant as sent.
 func ToGrantPB(e shares.Entry) *allotv1.Grant {
 	return &allotv1.Grant{Tenant: e.Tenant, Rate: e.Grant.Rate, Burst: e.Grant.Burst,
-		FloorRate: e.Grant.FloorRate, FloorBurst: e.Grant.FloorBurst, Epoch: e.Grant.Epoch, Dropped: e.Grant.Dropped}
+		FloorRate: e.Grant.FloorRate, FloorBurst: e.Grant.FloorBurst, Epoch: e.Grant.Epoch, Dropped: e.Grant.Dropped,
+		BudgetRate: e.Grant.BudgetRate, BudgetBurst: e.Grant.BudgetBurst}
 }
 
 func fromGrantPB(g *allotv1.Grant) shares.Grant {
-	return shares.Grant{Rate: g.GetRate(), Burst: g.GetBurst(), FloorRate: g.GetFloorRate(), FloorBurst: g.GetFloorBurst(), Epoch: g.GetEpoch(), Dropped: g.GetDropped()}
+	return shares.Grant{Rate: g.GetRate(), Burst: g.GetBurst(), FloorRate: g.GetFloorRate(), FloorBurst: g.GetFloorBurst(),
+		Epoch: g.GetEpoch(), Dropped: g.GetDropped(), BudgetRate: g.GetBudgetRate(), BudgetBurst: g.GetBudgetBurst()}
 }
 
 func (g *grpcAPI) authorize(ctx context.Context) error {

@@ -17,6 +17,7 @@ type metrics struct {
 	tenants           prometheus.Gauge
 	adminRequests     *prometheus.CounterVec
 	learning          prometheus.Gauge
+	renewals          *prometheus.CounterVec
 	tenantsDropped    prometheus.Counter
 	tenantsForgotten  prometheus.Counter
 	answerGrants      prometheus.Counter
@@ -43,7 +44,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		learning: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "allot_coordinator_learning",
-			Help: "1 while the leader learns (for a lease length after a term starts it renews and grants nothing), else 0.",
+			Help: "1 while the leader learns (for a lease length after a term starts it grants nothing and renews only what pods report holding), else 0.",
 		}),
 		tenantsDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "allot_coordinator_tenants_dropped_total",
@@ -57,6 +58,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "allot_coordinator_answer_grants_total",
 			Help: "Grants sent to pods in answers to their reports (changes since each pod's epoch, or full syncs).",
 		}),
+		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_coordinator_learning_renewals_total",
+			Help: "Learning answers that renewed the lease of the grants a pod of an older term reported holding, by region (none when a budget was lowered since they were made).",
+		}, []string{"region"}),
 		earlyGrows: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "allot_early_grows_total",
 			Help: "Grow passes made between rebalances because a report acknowledged a shrink that a deferred grow waited for.",
@@ -74,7 +79,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.leader, m.terms, m.rebalances, m.rebalanceDuration, m.grantWrites, m.earlyGrows, m.reports, m.tenants, m.adminRequests, m.learning, m.tenantsDropped, m.tenantsForgotten, m.answerGrants} {
+	for _, c := range []prometheus.Collector{m.leader, m.terms, m.rebalances, m.rebalanceDuration, m.grantWrites, m.earlyGrows, m.reports, m.tenants, m.adminRequests, m.learning, m.tenantsDropped, m.tenantsForgotten, m.answerGrants, m.renewals} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

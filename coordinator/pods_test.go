@@ -40,7 +40,7 @@ func (p *tpod) report(c *Coordinator, now time.Time, interval time.Duration, usa
 	if ans.RegionRemoved {
 		p.st.Removed()
 	} else {
-		p.st.Answered(now, ans.Answer, nil)
+		p.st.Answered(now, now, ans.Answer, nil)
 	}
 	return ans, nil
 }

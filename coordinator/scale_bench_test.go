@@ -80,7 +80,7 @@ func benchLeaderScale(b *testing.B, n int) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			p.st.Answered(now, a, nil)
+			p.st.Answered(now, now, a, nil)
 			if measure && i == 0 {
 				req := &allotv1.ReportRequest{Region: p.region, Pod: p.id, IntervalMs: 2000, Term: term, AppliedEpoch: applied, LivePods: 4}
 				for t, x := range u {

@@ -283,7 +283,7 @@ func failover(topo topology) *scenario {
 	var claimed, rebalanced time.Duration
 	return &scenario{
 		name: "failover", tenant: "failover", rate: budgetR, burst: budgetB,
-		desc: fmt.Sprintf("1.5R offered 70/20/10%%; the leading coordinator is killed (SIGKILL) at %v. The other must lead within the session TTL (%v) + P and learn for L + TTL (L = %v) before it grants: the pods keep their grants until their leases lapse, then their floors; nothing is over-admitted, and admission recovers once the new term grants.",
+		desc: fmt.Sprintf("1.5R offered 70/20/10%%; the leading coordinator is killed (SIGKILL) at %v. The other must lead within the session TTL (%v) + P and learn for L + TTL (L = %v) before it grants; meanwhile it renews the leases of the grants pods report holding, so admission does not fall; nothing is over-admitted. (The dotted grants are the new leader's: it holds none while it learns.)",
 			killAt, topo.SessionTTL, topo.Lease),
 		duration:  40 * time.Second,
 		demand:    skewed(),
@@ -347,7 +347,13 @@ func failover(topo topology) *scenario {
 				m.errorf(t, "new leader after %v, want within the session TTL %v (+1s)", claimed, topo.SessionTTL)
 			}
 			u := sum(m.series, killAt, killAt+10*time.Second)
-			m.notef("utilisation in the 10 s after the kill: %.1f%% (the new term learns for L + TTL = %v)", 100*u.Admitted/math.Max(1, u.Ideal), topo.Lease+topo.SessionTTL)
+			m.notef("utilisation in the 10 s after the kill: %.1f%% (the new term learns for L + TTL = %v, renewing what pods hold)", 100*u.Admitted/math.Max(1, u.Ideal), topo.Lease+topo.SessionTTL)
+			// The new leader renews the leases of what pods hold while it
+			// learns: admission does not fall to the floors (it did, to
+			// about 10%, without renewals; 95.3% measured with them).
+			if u.Admitted < 0.85*u.Ideal {
+				m.errorf(t, "admission %.1f%% of the central limiter's in the 10 s after the kill, want ≥ 85%%: the learning leader did not keep pods leased", 100*u.Admitted/math.Max(1, u.Ideal))
+			}
 			// After the learning period and a few intervals to converge,
 			// admission is back.
 			from := killAt + topo.SessionTTL + topo.Lease + topo.SessionTTL + 4*topo.Interval

@@ -77,7 +77,7 @@ func newMetrics(reg prometheus.Registerer, region string, s *Service) (*metrics,
 			Name: "allot_lease_remaining_seconds", Help: "Seconds until the pod's lease ends (negative: lapsed).", ConstLabels: cl,
 		}, s.leaseLeft),
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "allot_reports_total", Help: "Reports sent to the coordinator, by result (accepted, learning: the leader learns and renews nothing, no_policy, region_removed, redirected, failed, no_leader).", ConstLabels: cl,
+			Name: "allot_reports_total", Help: "Reports sent to the coordinator, by result (accepted, learning: the leader learns, grants nothing and renews at most what the pod holds, no_policy, region_removed, redirected, failed, no_leader).", ConstLabels: cl,
 		}, []string{"result"}),
 		dropped: prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "allot_report_units_dropped_total", Help: "Units not counted for reports because the tenant table was full.", ConstLabels: cl,

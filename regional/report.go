@@ -170,13 +170,7 @@ func (r *reporter) report(ctx context.Context, usage map[string]shares.Usage, in
 		Region: r.s.cfg.Region, Pod: r.s.cfg.Pod, IntervalMs: max(1, interval.Milliseconds()),
 		Term: term, AppliedEpoch: applied, LivePods: int32(r.s.livePods()),
 	}
-	if held != nil {
-		req.Held = make([]*allotv1.Grant, len(held))
-		for i, e := range held {
-			req.Held[i] = &allotv1.Grant{Tenant: e.Tenant, Rate: e.Grant.Rate, Burst: e.Grant.Burst,
-				FloorRate: e.Grant.FloorRate, FloorBurst: e.Grant.FloorBurst, Epoch: e.Grant.Epoch}
-		}
-	}
+	req.Held = heldPB(held)
 	for t, u := range usage {
 		req.Usage = append(req.Usage, &allotv1.TenantUsage{Tenant: t, Offered: u.Offered, Admitted: u.Admitted})
 	}
@@ -190,6 +184,7 @@ func (r *reporter) report(ctx context.Context, usage map[string]shares.Usage, in
 		if err != nil {
 			r.s.m.reports.WithLabelValues("no_leader").Inc()
 			r.s.log.Debug("no leader to report to", "err", err)
+			r.s.view.unanswered()
 			return
 		}
 		rctx, cancel := context.WithTimeout(ctx, r.s.cfg.ReportTimeout)
@@ -215,11 +210,17 @@ func (r *reporter) report(ctx context.Context, usage map[string]shares.Usage, in
 			r.s.m.reports.WithLabelValues("failed").Inc()
 			r.s.log.Debug("report failed", "err", err)
 			r.redirect("") // look the leader up again next time
+			r.s.view.unanswered()
 			return
 		}
 		if !resp.GetAccepted() {
 			r.s.m.reports.WithLabelValues("redirected").Inc()
 			r.redirect(resp.GetLeader())
+			r.s.view.unanswered()
+			// Carry what the pod holds to the leader named (a new one may
+			// renew it).
+			term, applied, held = r.s.view.reportState()
+			req.Term, req.AppliedEpoch, req.Held = term, applied, heldPB(held)
 			continue
 		}
 		if p := resp.GetCoordinators(); len(p) > 0 {
@@ -252,6 +253,20 @@ func regionNotInPolicy(err error) bool {
 	return false
 }
 
+// heldPB is held as sent (nil for nil).
+func heldPB(held []shares.Entry) []*allotv1.Grant {
+	if held == nil {
+		return nil
+	}
+	out := make([]*allotv1.Grant, len(held))
+	for i, e := range held {
+		out[i] = &allotv1.Grant{Tenant: e.Tenant, Rate: e.Grant.Rate, Burst: e.Grant.Burst,
+			FloorRate: e.Grant.FloorRate, FloorBurst: e.Grant.FloorBurst, Epoch: e.Grant.Epoch,
+			BudgetRate: e.Grant.BudgetRate, BudgetBurst: e.Grant.BudgetBurst}
+	}
+	return out
+}
+
 // maxAnswerBytes bounds an answer (a full sync of every grant of a region:
 // about 40 bytes per tenant).
 const maxAnswerBytes = 256 << 20
@@ -259,7 +274,8 @@ const maxAnswerBytes = 256 << 20
 func answerFromPB(resp *allotv1.ReportResponse) shares.Answer {
 	a := shares.Answer{
 		Term: resp.GetTerm(), Learning: resp.GetLearning(), Lease: time.Duration(resp.GetLeaseMs()) * time.Millisecond,
-		Full: resp.GetFull(), Epoch: resp.GetEpoch(),
+		Full: resp.GetFull(), Epoch: resp.GetEpoch(), HeldTerm: resp.GetHeldTerm(),
+		LeasedFor: time.Duration(resp.GetLeasedForMs()) * time.Millisecond,
 		Cold:      shares.Ceiling{Rate: resp.GetColdRate(), Burst: resp.GetColdBurst()},
 		SharePods: int(resp.GetSharePods()), Pods: int(resp.GetPods()),
 	}
@@ -267,7 +283,8 @@ func answerFromPB(resp *allotv1.ReportResponse) shares.Answer {
 		a.Entries = make([]shares.Entry, len(gs))
 		for i, g := range gs {
 			a.Entries[i] = shares.Entry{Tenant: g.GetTenant(), Grant: shares.Grant{Rate: g.GetRate(), Burst: g.GetBurst(),
-				FloorRate: g.GetFloorRate(), FloorBurst: g.GetFloorBurst(), Epoch: g.GetEpoch(), Dropped: g.GetDropped()}}
+				FloorRate: g.GetFloorRate(), FloorBurst: g.GetFloorBurst(), Epoch: g.GetEpoch(), Dropped: g.GetDropped(),
+				BudgetRate: g.GetBudgetRate(), BudgetBurst: g.GetBudgetBurst()}}
 		}
 	}
 	return a

@@ -213,7 +213,7 @@ func (v *view) answered(sentAt time.Time, a shares.Answer, now time.Time) {
 			shrunk = true
 		}
 	}
-	v.pod.Answered(sentAt, a, v.ownTenantLocked)
+	v.pod.Answered(now, sentAt, a, v.ownTenantLocked)
 	if (len(a.Entries) > 0 && !a.Learning) || a.Full {
 		// (A learning answer's entries only lower held floors.)
 		v.grantsAt = now
@@ -224,6 +224,13 @@ func (v *view) answered(sentAt time.Time, a shares.Answer, now time.Time) {
 		default:
 		}
 	}
+}
+
+// unanswered records that a report got no answer from a leader.
+func (v *view) unanswered() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.pod.Unanswered()
 }
 
 // removed records that the leader said the pod's region is not in the

@@ -61,6 +61,12 @@ type Grant struct {
 	// theirs (they then enforce the cold floor while leased). The other
 	// fields are zero.
 	Dropped bool
+	// BudgetRate and BudgetBurst are the tenant's budget when the leader
+	// made the grant (0: unknown). A later leader, while it learns, renews
+	// the lease of a pod's older grants only if no budget of theirs has
+	// since been lowered (see Leader.Report).
+	BudgetRate  float64
+	BudgetBurst int64
 }
 
 // Ceiling is the largest rate and burst a region may be enforcing for a

@@ -43,6 +43,12 @@ type LeaderConfig struct {
 	// MaxTenants caps the tenants the leader tracks; usage of further
 	// tenants is dropped (they stay on cold floors) and counted. 0: no cap.
 	MaxTenants int
+	// Deposed bounds how long after this term starts a leader of an older
+	// term may still answer pods, not having noticed that it lost the
+	// election. A learning answer renews what a pod holds only if the
+	// pod's lease outlasts it. 0: older leaders stop before a newer term
+	// starts (they fence themselves, as the coordinator does).
+	Deposed time.Duration
 	// IdleTimeout: a tenant without a budget of its own (see SetBudgets)
 	// that no pod reported traffic of for this long is forgotten (see
 	// Rebalance). 0: every tenant is kept.
@@ -66,6 +72,8 @@ func (c LeaderConfig) Validate() error {
 		return configErr("MaxPodsPerRegion", "%d: must not be negative", c.MaxPodsPerRegion)
 	case c.MaxTenants < 0:
 		return configErr("MaxTenants", "%d: must not be negative", c.MaxTenants)
+	case c.Deposed < 0:
+		return configErr("Deposed", "%v: must not be negative", c.Deposed)
 	case c.IdleTimeout < 0:
 		return configErr("IdleTimeout", "%v: must not be negative (0 keeps every tenant)", c.IdleTimeout)
 	}
@@ -101,9 +109,16 @@ type Entry struct {
 // Answer is the leader's answer to a report.
 type Answer struct {
 	Term uint64
-	// Learning: the leader is in its learning period; nothing is renewed
-	// and the pod keeps what it holds.
+	// Learning: the leader is in its learning period and grants nothing;
+	// the pod keeps what it holds. When Lease is set, the answer renews
+	// the pod's lease on the grants of term HeldTerm up to Epoch, which
+	// its report said it holds (the pod applies it only if it still holds
+	// exactly those).
 	Learning bool
+	HeldTerm uint64
+	// LeasedFor: a renewal applies only if the pod's lease is valid for at
+	// least this long after it applies the answer.
+	LeasedFor time.Duration
 	// Lease lets the pod enforce its grants until it sent the report plus
 	// Lease, minus its drift margin.
 	Lease time.Duration
@@ -127,6 +142,7 @@ type Answer struct {
 // LeaderStats is what a Leader counts, for metrics.
 type LeaderStats struct {
 	Reports, Rejected, Learning, FullSyncs int64
+	Renewed                                int64 // learning answers that renewed a pod's older grants
 	EntriesSent                            int64
 	DroppedTenants                         int64 // usage of tenants beyond MaxTenants
 	Forgotten                              int64 // tenants forgotten (idle, or without a budget)
@@ -317,13 +333,20 @@ func (l *Leader) Report(now time.Time, r PodReport) (Answer, error) {
 	}
 	l.stats.Reports++
 	l.accumulate(reg, r, now)
+	learning := l.Learning(now) || !l.rebalanced || (r.Term != 0 && r.Term != l.cfg.Term && r.Held == nil)
+	renew := learning && l.renewable(r)
 	if r.Term != l.cfg.Term && len(r.Held) > 0 {
-		// Grants of an older term: their floors outlive the lease.
+		// Grants of an older term: their floors outlive the lease, and
+		// when this answer renews it, so do their rates.
 		for _, e := range r.Held {
 			if l.cfg.ValidTenant != nil && l.cfg.ValidTenant(e.Tenant) != nil {
 				continue
 			}
-			l.alloc.Legacy(e.Tenant, r.Region, Ceiling{Rate: e.Grant.FloorRate, Burst: e.Grant.FloorBurst})
+			c := Ceiling{Rate: e.Grant.FloorRate, Burst: e.Grant.FloorBurst}
+			if renew {
+				c = Ceiling{Rate: max(c.Rate, e.Grant.Rate), Burst: max(c.Burst, e.Grant.Burst)}
+			}
+			l.alloc.Legacy(e.Tenant, r.Region, c)
 			if k, ok := l.alloc.tIdx[e.Tenant]; ok {
 				l.used(k, now)
 			}
@@ -332,11 +355,35 @@ func (l *Leader) Report(now time.Time, r PodReport) (Answer, error) {
 	} else if r.Term == l.cfg.Term {
 		delete(reg.dumpers, r.Pod)
 	}
-	if l.Learning(now) || !l.rebalanced || (r.Term != 0 && r.Term != l.cfg.Term && r.Held == nil) {
+	if learning {
 		// Learning; or a pod of an older term that has not said what it
 		// holds: it will (an answer with this term asks it to).
 		l.stats.Learning++
-		return Answer{Term: l.cfg.Term, Learning: true, Entries: l.lowered(r)}, nil
+		ans := Answer{Term: l.cfg.Term, Learning: true, Entries: l.lowered(r)}
+		if renew {
+			// The pod keeps enforcing what it holds: nothing a leader
+			// grants during learning, and every region's held grants
+			// count in its ceilings after (Legacy above). It is one of
+			// the region's leased pods that acknowledged nothing of this
+			// term, until it holds this term's grants: the region's
+			// acknowledged epoch waits for it (it may enforce the cold
+			// floor for tenants it holds no grant of), and so do
+			// fail-open shares.
+			l.stats.Renewed++
+			rec := reg.pods[r.Pod]
+			if rec == nil {
+				rec = &podRec{}
+				reg.pods[r.Pod] = rec
+			}
+			rec.acked, rec.expires, rec.lastSeen, rec.live = 0, now.Add(l.cfg.Lease), now, r.LivePods
+			ans.Lease, ans.HeldTerm, ans.Epoch, ans.Cold = l.cfg.Lease, r.Term, r.Applied, reg.cold
+			// A deposed leader may act until it notices, up to Deposed
+			// after this term started: it may give a pod's room to
+			// another region once that pod's lease lapses. So the pod
+			// takes the renewal only if its lease outlasts that.
+			ans.LeasedFor = max(0, l.start.Add(l.cfg.Deposed).Sub(now))
+		}
+		return ans, nil
 	}
 	// A pod behind a forgotten tenant's tombstone gets a full answer: no
 	// delta carries the tombstone any more.
@@ -389,6 +436,29 @@ func (l *Leader) Report(now time.Time, r PodReport) (Answer, error) {
 	return ans, nil
 }
 
+// renewable reports whether a learning answer to r may renew the lease of
+// the grants r says its pod holds: they are of an older term, each carries
+// the budget it was made under, and no such budget is above the tenant's
+// budget now. An older leader kept the grants of every pod together within
+// its budgets (I4), so as long as this leader grants nothing, keeping them
+// keeps that; a budget lowered since must reach the pods as leases lapse.
+func (l *Leader) renewable(r PodReport) bool {
+	if r.Term == 0 || r.Term >= l.cfg.Term || r.Held == nil || l.budgets == nil {
+		return false
+	}
+	for _, e := range r.Held {
+		g := &e.Grant
+		if g.BudgetRate <= 0 || g.BudgetBurst <= 0 {
+			return false
+		}
+		b, ok := l.Budget(e.Tenant)
+		if !ok || b.Rate < g.BudgetRate || b.Burst < g.BudgetBurst {
+			return false
+		}
+	}
+	return true
+}
+
 // lowered returns, for the grants a pod of an older term reports holding,
 // the floors this leader's budgets give where they are lower than the held
 // ones: a learning answer carries them, and the pod lowers its floors to
@@ -401,14 +471,7 @@ func (l *Leader) lowered(r PodReport) []Entry {
 	}
 	var out []Entry
 	for _, e := range r.Held {
-		b, ok := l.budgets[e.Tenant]
-		switch {
-		case ok:
-		case l.deflt != nil:
-			b = *l.deflt
-		default:
-			b = Budget{} // no budget, no tier: denied, floor 0
-		}
+		b, _ := l.Budget(e.Tenant) // none, no tier: denied, floor 0
 		var fr float64
 		var fb int64
 		if b.Rate > 0 {
@@ -646,8 +709,13 @@ func (l *Leader) record(changes []Change) {
 			continue
 		}
 		reg := &l.regs[i]
-		reg.log = append(reg.log, logRec{tenant: c.Tenant, grant: c.Grant})
-		reg.current[c.Tenant] = c.Grant
+		g := c.Grant
+		if k, ok := l.alloc.tIdx[c.Tenant]; ok && !g.Dropped {
+			b := &l.alloc.tenants[k].budget
+			g.BudgetRate, g.BudgetBurst = b.Rate, b.Burst
+		}
+		reg.log = append(reg.log, logRec{tenant: c.Tenant, grant: g})
+		reg.current[c.Tenant] = g
 	}
 	for i := range l.regs {
 		reg := &l.regs[i]

@@ -90,7 +90,7 @@ func (r *rig) report(id, tenant string, offered float64, apply bool) shares.Answ
 		r.t.Fatalf("report of %s: %v", id, err)
 	}
 	if apply {
-		p.Answered(r.now, a, r.own(id))
+		p.Answered(r.now, r.now, a, r.own(id))
 	}
 	return a
 }
@@ -237,7 +237,9 @@ func TestNewLeaderLearnsBeforeGranting(t *testing.T) {
 		// a/1 reports first every time.
 		for _, id := range []string{"a/1", "b/1", "b/2", "a/2"} {
 			a := r.report(id, "t", map[string]float64{"a": 20, "b": 400}[r.region[id]], true)
-			if !a.Learning || a.Lease != 0 || len(a.Entries) != 0 {
+			// It may renew what a pod holds (nothing changed the budget),
+			// never grant.
+			if !a.Learning || len(a.Entries) != 0 {
 				t.Fatalf("at +%v the learning leader answered %+v", r.now.Sub(start), a)
 			}
 		}
@@ -254,6 +256,181 @@ func TestNewLeaderLearnsBeforeGranting(t *testing.T) {
 	if term, _ := r.pods["a/2"].State(); term != 2 {
 		t.Fatalf("a/2 holds grants of term %d, want 2", term)
 	}
+}
+
+// While a new leader learns, it renews the lease of what each pod reports
+// holding, so a leader change costs no admissions; it grants nothing; and
+// after learning, the grants it renewed count as the region's ceilings
+// until the pod applies the new term's. It does not renew grants made under
+// a budget higher than the one it reads: a cut reaches pods as their
+// leases lapse, as without renewal.
+func TestLearningRenewsHeldGrants(t *testing.T) {
+	b := map[string]shares.Budget{"t": {Rate: 300, Burst: 60}}
+	demand := map[string]float64{"a": 400, "b": 100}
+	setup := func() *rig {
+		r := newRig(t, 1, []string{"a", "b"}, b, "a/1", "a/2", "b/1", "b/2")
+		// A deposed leader notices within 2 s (the session TTL).
+		r.cfg.Learning, r.cfg.Deposed = r.cfg.Lease+2*time.Second, 2*time.Second
+		r.newLeader(1)
+		r.learn("t", demand)
+		r.converge("t", demand, 10, 300)
+		if s := r.sum("t"); s < 280 {
+			t.Fatalf("term 1 converged to Σ %.1f/s, want about R", s)
+		}
+		return r
+	}
+
+	t.Run("same budget", func(t *testing.T) {
+		r := setup()
+		before := r.sum("t")
+		r.newLeader(2)
+		start := r.now
+		for r.l.Learning(r.now) {
+			for _, id := range r.ids() {
+				a := r.report(id, "t", demand[r.region[id]], true)
+				if !a.Learning || len(a.Entries) != 0 {
+					t.Fatalf("at +%v the learning leader answered %s %+v", r.now.Sub(start), id, a)
+				}
+			}
+			if ch := r.rebalance(); len(ch) != 0 {
+				t.Fatalf("learning leader granted %+v", ch)
+			}
+			r.safe("t", 300, "learning")
+			// Every pod keeps its grant: the world admits what it did.
+			if s := r.sum("t"); s < before-1e-9 {
+				t.Fatalf("at +%v pods enforce Σ %.1f/s, want the %.1f/s they held (%s)", r.now.Sub(start), s, before, r.describe("t"))
+			}
+			r.step(time.Second)
+		}
+		if st := r.l.Stats(); st.Renewed == 0 {
+			t.Fatalf("stats %+v: no renewal counted", st)
+		}
+		r.converge("t", demand, 6, 300)
+		if term, _ := r.pods["a/1"].State(); term != 2 {
+			t.Fatalf("a/1 holds grants of term %d after learning, want 2", term)
+		}
+	})
+
+	t.Run("budget cut", func(t *testing.T) {
+		r := setup()
+		cut := map[string]shares.Budget{"t": {Rate: 100, Burst: 20}}
+		r.newLeader(2)
+		r.budgets = cut
+		r.l.SetBudgets(cut)
+		r.l.Rebalance(r.now)
+		start := r.now
+		for r.l.Learning(r.now) {
+			for _, id := range r.ids() {
+				if a := r.report(id, "t", demand[r.region[id]], true); a.Lease != 0 {
+					t.Fatalf("at +%v the learning leader renewed %s's grants made under R = 300 with R = 100: %+v", r.now.Sub(start), id, a)
+				}
+			}
+			r.rebalance()
+			if r.now.Sub(start) > r.cfg.Lease {
+				r.safe("t", 100, "learning after the cut, leases lapsed")
+			}
+			r.step(time.Second)
+		}
+	})
+
+	t.Run("lease ends before a deposed leader surely stopped", func(t *testing.T) {
+		r := setup()
+		// Term 1's last answers were 3 s before term 2 starts: their
+		// leases end 2 s into it (less the drift), before term 1 surely
+		// noticed (2 s), and term 1 may have given their room away by
+		// then. The renewal reaches them 1 s into term 2, leased.
+		r.step(2 * time.Second)
+		r.newLeader(2)
+		r.l.SetBudgets(r.budgets)
+		for range 2 {
+			for _, id := range r.ids() {
+				r.report(id, "t", demand[r.region[id]], true)
+			}
+			r.step(time.Second)
+		}
+		for _, id := range r.ids() {
+			if _, _, leased := r.pods[id].Effective(r.now, "t", r.own(id)("t")); leased {
+				t.Fatalf("%s took a renewal of a lease that ended before the older leader surely stopped", id)
+			}
+		}
+		if st := r.l.Stats(); st.Renewed == 0 {
+			t.Fatalf("stats %+v: the leader offered no renewal (the pods must have refused it)", st)
+		}
+	})
+
+	t.Run("grants changed since the report", func(t *testing.T) {
+		r := setup()
+		// A report of a/1 leaves for the old leader, whose answer (a
+		// shrink of a) is late; meanwhile a/1 reports to a new one.
+		term, applied := r.pods["a/1"].State()
+		demand2 := map[string]float64{"a": 10, "b": 400}
+		for range 3 {
+			for _, id := range r.ids() {
+				r.report(id, "t", demand2[r.region[id]], id != "a/1")
+			}
+			r.rebalance()
+		}
+		old, err := r.l.Report(r.now, shares.PodReport{Region: "a", Pod: "a/1", Term: term, Applied: applied,
+			Interval: time.Second, Usage: map[string]shares.Usage{"t": {Offered: 10, Admitted: 10}}})
+		if err != nil || len(old.Entries) == 0 {
+			t.Fatalf("old leader's answer: %+v, %v", old, err)
+		}
+		r.step(time.Second)
+		sent := r.now
+		r.newLeader(2)
+		r.l.SetBudgets(r.budgets)
+		p := r.pods["a/1"]
+		// The first answer of term 2 asks what a/1 holds.
+		if a, err := r.l.Report(sent, shares.PodReport{Region: "a", Pod: "a/1", Term: term, Applied: applied, Interval: time.Second}); err != nil || !a.Learning {
+			t.Fatalf("first answer of term 2: %+v, %v", a, err)
+		} else {
+			p.Answered(sent, sent, a, r.own("a/1"))
+		}
+		renewal, err := r.l.Report(sent, shares.PodReport{Region: "a", Pod: "a/1", Term: term, Applied: applied,
+			Interval: time.Second, Held: p.Held(), Usage: map[string]shares.Usage{"t": {Offered: 10, Admitted: 10}}})
+		if err != nil || renewal.Lease == 0 {
+			t.Fatalf("new leader's learning answer: %+v, %v", renewal, err)
+		}
+		// The old answer lands first: a/1 now holds other grants than it
+		// reported, so the renewal does not apply to them.
+		p.Answered(sent, sent.Add(-time.Second), old, r.own("a/1"))
+		p.Answered(sent, sent, renewal, r.own("a/1"))
+		// The old answer's lease ran from a second before sent, a renewal's
+		// would run from sent.
+		r.step(r.cfg.Lease - time.Second)
+		if _, _, leased := p.Effective(r.now, "t", r.own("a/1")("t")); leased {
+			t.Fatal("a/1 renewed grants it did not report holding")
+		}
+	})
+
+	t.Run("older answers ignored after a renewal", func(t *testing.T) {
+		r := setup()
+		// Term 1 moves a's grant; the answer carrying it to a/1 is late.
+		var late shares.Answer
+		for range 3 {
+			for _, id := range r.ids() {
+				a := r.report(id, "t", map[string]float64{"a": 10, "b": 400}[r.region[id]], id != "a/1")
+				if id == "a/1" && len(a.Entries) > 0 {
+					late = a
+				}
+			}
+			r.rebalance()
+		}
+		if len(late.Entries) == 0 {
+			t.Fatal("term 1 did not change a's grant")
+		}
+		held := r.grant("a/1", "t")
+		r.newLeader(2)
+		r.l.SetBudgets(r.budgets)
+		r.report("a/1", "t", 10, true) // asks what a/1 holds
+		if a := r.report("a/1", "t", 10, true); a.Lease == 0 {
+			t.Fatalf("no renewal: %+v", a)
+		}
+		r.pods["a/1"].Answered(r.now, r.now, late, r.own("a/1"))
+		if g := r.grant("a/1", "t"); g != held {
+			t.Fatalf("a/1 applied an answer of term 1 after term 2 renewed it: holds %+v, renewed %+v", g, held)
+		}
+	})
 }
 
 // Impossible and invalid reports are errors and change nothing.
@@ -484,7 +661,7 @@ func TestLateAnswerMovesTheShareWithTheEpoch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Answered(oldSent, a, r.own("a/1"))
+	p.Answered(r.now, oldSent, a, r.own("a/1"))
 	if _, e := p.State(); e != a.Epoch {
 		t.Fatalf("a/1 applied epoch %d, the answer carried %d", e, a.Epoch)
 	}
@@ -597,7 +774,7 @@ func TestIdleTenantIsForgotten(t *testing.T) {
 	}
 	// The late answer to a/2's report from before x went idle carries
 	// nothing a/2 applies now.
-	r.pods["a/2"].Answered(r.now.Add(-30*time.Second), late, r.own("a/2"))
+	r.pods["a/2"].Answered(r.now, r.now.Add(-30*time.Second), late, r.own("a/2"))
 	if g, ok := r.pods["a/2"].Grant("x"); ok {
 		t.Fatalf("a late answer brought back a/2's dropped grant of x: %+v", g)
 	}

@@ -16,6 +16,8 @@ type Pod struct {
 
 	synced     bool   // applied a term's full grants once
 	leader     uint64 // the term of the last answer (learning ones too)
+	renewedBy  uint64 // the newest term that renewed grants of an older one
+	unsure     bool   // the last report went unanswered (see Unanswered)
 	term       uint64
 	epoch      uint64
 	grants     map[string]Grant
@@ -40,11 +42,12 @@ func (p *Pod) Region() string { return p.region }
 func (p *Pod) State() (term, applied uint64) { return p.term, p.epoch }
 
 // Held returns the grants the pod holds when they are of an older term than
-// the leader's that last answered: the next report carries them (their
-// floors outlive the lease, and the new leader must count them). nil
+// the leader's that last answered, or when its last report went unanswered
+// (see Unanswered): the next report carries them (their floors outlive the
+// lease, and a new leader must count them, and may renew them). nil
 // otherwise.
 func (p *Pod) Held() []Entry {
-	if p.term == 0 || p.term == p.leader || p.leader == 0 {
+	if p.term == 0 || !p.unsure && (p.term == p.leader || p.leader == 0) {
 		return nil
 	}
 	out := make([]Entry, 0, len(p.grants))
@@ -57,20 +60,27 @@ func (p *Pod) Held() []Entry {
 	return out
 }
 
+// Unanswered records that a report got no answer from a leader (it failed,
+// or the coordinator it reached does not lead): until one answers, reports
+// carry what the pod holds, so that a new leader learns it (and can renew
+// it) one report sooner.
+func (p *Pod) Unanswered() { p.unsure = true }
+
 // Synced reports whether the pod ever received a term's grants. Until then
 // it enforces nothing for budget limits.
 func (p *Pod) Synced() bool { return p.synced }
 
-// Answered applies the leader's answer to the report the pod sent at sentAt
-// (pod clock). Answers may arrive late, twice or out of order: an answer of
-// an older term is ignored, grants apply only when newer than the tenant's,
-// and the lease only ever grows. own, when not nil, returns a tenant's floor
-// by the pod's own reading: each grant's floor is lowered to it as it is
-// applied (see LowerFloors).
-func (p *Pod) Answered(sentAt time.Time, a Answer, own func(tenant string) Ceiling) {
+// Answered applies, at now, the leader's answer to the report the pod sent
+// at sentAt (both pod clock). Answers may arrive late, twice or out of
+// order: an answer of an older term is ignored, grants apply only when newer
+// than the tenant's, and the lease only ever grows. own, when not nil,
+// returns a tenant's floor by the pod's own reading: each grant's floor is
+// lowered to it as it is applied (see LowerFloors).
+func (p *Pod) Answered(now, sentAt time.Time, a Answer, own func(tenant string) Ceiling) {
 	if a.Term == 0 {
 		return
 	}
+	p.unsure = false
 	p.leader = max(p.leader, a.Term)
 	if a.Learning {
 		// Its entries only lower floors of grants the pod holds (see
@@ -81,9 +91,27 @@ func (p *Pod) Answered(sentAt time.Time, a Answer, own func(tenant string) Ceili
 				p.grants[e.Tenant] = g
 			}
 		}
+		if a.Lease > 0 && a.Term == p.leader && a.Term > p.term && p.term != 0 && p.term == a.HeldTerm && p.epoch == a.Epoch && p.leaseUntil.After(now.Add(a.LeasedFor+p.drift)) {
+			// Renewed by a newer leader while it learns, on exactly the
+			// grants the report said the pod holds, and with the lease
+			// the older leader counts them under valid until that leader
+			// surely stopped (once the lease lapses, a deposed leader
+			// that has not noticed may give the room to another region:
+			// a lapsed lease is never renewed). From now on answers
+			// of older terms are ignored: the newer leader counts only
+			// what the pod reported. The cold floor only comes down, and
+			// the pod fails closed until it holds the newer term's
+			// grants (the newer leader has handed it no share).
+			if until := sentAt.Add(a.Lease - p.drift); until.After(p.leaseUntil) {
+				p.leaseUntil = until
+			}
+			p.renewedBy = max(p.renewedBy, a.Term)
+			p.cold = Ceiling{Rate: min(p.cold.Rate, a.Cold.Rate), Burst: min(p.cold.Burst, a.Cold.Burst)}
+			p.shareD = 0
+		}
 		return
 	}
-	if a.Term < p.term {
+	if a.Term < p.term || a.Term < p.renewedBy {
 		return
 	}
 	if a.Term > p.term {

@@ -90,6 +90,8 @@ type Result struct {
 	Reports, Answers, Rejected, Terms, Faults int
 	// Forgotten counts tenants the leaders forgot (idle, without a budget).
 	Forgotten int
+	// Renewals counts learning answers that renewed what a pod held.
+	Renewals int
 	// Admitted counts the units admitted per tenant (demand met within
 	// what pods enforced), and Ideal what one limiter would have admitted.
 	PeakRatio float64 // largest Σ/bound seen (≤ 1 when safe)
@@ -411,9 +413,11 @@ func (w *world) startTerm(c *coord) {
 	term := c.elected<<20 | c.sub
 	s := &w.snaps[c.view]
 	cfg := shares.LeaderConfig{
-		Config:      shares.DefaultConfig(s.regions...),
-		Term:        term,
-		Learning:    w.opt.Lease + w.opt.SessionTTL,
+		Config:   shares.DefaultConfig(s.regions...),
+		Term:     term,
+		Learning: w.opt.Lease + w.opt.SessionTTL,
+		// A deposed leader notices within 200 ms here (see depose).
+		Deposed:     200 * time.Millisecond,
 		IdleTimeout: w.idle,
 		ValidTenant: func(t string) error {
 			if strings.ContainsAny(t, "/{}") || strings.Contains(t, "..") {
@@ -591,6 +595,7 @@ func (w *world) deliverReport(target int, p *pod, r shares.PodReport, sentAt tim
 		// of its reach.
 		if answerToPod {
 			p.leader = (target + 1) % len(w.coords)
+			p.st.Unanswered()
 		}
 		return
 	}
@@ -602,7 +607,7 @@ func (w *world) deliverReport(target int, p *pod, r shares.PodReport, sentAt tim
 			if !c.etcdCut && w.elect >= 0 {
 				next = w.elect
 			}
-			w.send(func() { p.leader = next })
+			w.send(func() { p.leader = next; p.st.Unanswered() })
 		}
 		return
 	}
@@ -635,13 +640,16 @@ func (w *world) deliverReport(target int, p *pod, r shares.PodReport, sentAt tim
 			return
 		}
 		w.res.Answers++
+		if ans.Learning && ans.Lease > 0 {
+			w.res.Renewals++
+		}
 		shrunk := false
 		for _, e := range ans.Entries {
 			if g, ok := p.st.Grant(e.Tenant); ok && (e.Grant.Rate < g.Rate || e.Grant.Burst < g.Burst) {
 				shrunk = true
 			}
 		}
-		p.st.Answered(sentAt, ans, func(t string) shares.Ceiling { return w.own(p, t) })
+		p.st.Answered(w.clock(), sentAt, ans, func(t string) shares.Ceiling { return w.own(p, t) })
 		if shrunk && (!p.promptSet || w.now-p.promptAt >= w.opt.ReportEvery) {
 			p.promptSet, p.promptAt = true, w.now
 			w.at(20*time.Millisecond, func() { w.report(p, true) })

@@ -65,9 +65,10 @@ type Result struct {
 	EntriesSent, FullSyncs int64
 	// Terms counts the leadership terms (1 plus the failovers that took
 	// place); LearningAnswers the answers a leader gave while learning
-	// (no lease, no grants).
+	// (no grants); Renewals those that renewed what a pod reported holding.
 	Terms           int
 	LearningAnswers int64
+	Renewals        int64
 	// PeakRateSum and PeakBurstSum are the largest sums over regions of
 	// the largest rate (and burst) any pod of the region enforced, at one
 	// instant (I4 wants ≤ R and ≤ B).
@@ -370,6 +371,7 @@ func (w *world) endTerm() {
 	s := w.leader.Stats()
 	w.stats.Reports += s.Reports
 	w.stats.Learning += s.Learning
+	w.stats.Renewed += s.Renewed
 	w.stats.FullSyncs += s.FullSyncs
 	w.stats.EntriesSent += s.EntriesSent
 	w.leader = nil
@@ -633,6 +635,9 @@ func (w *world) receiveReport(n int, t int64) error {
 	ps := w.pods[sr.pod]
 	if w.partitioned(ps.region, t) || w.leader == nil {
 		w.res.LostReports++
+		// The pod sees the call fail (at once here; within its report
+		// timeout in a deployment): its next report carries what it holds.
+		ps.st.Unanswered()
 		return nil
 	}
 	ans, err := w.leader.Report(w.at(t), sr.rep)
@@ -665,7 +670,7 @@ func (w *world) answered(k, n int, t int64) {
 		}
 	}
 	own := w.regions[ps.region].own
-	ps.st.Answered(w.at(sa.sentAt), sa.ans, func(string) shares.Ceiling { return own })
+	ps.st.Answered(w.at(t), w.at(sa.sentAt), sa.ans, func(string) shares.Ceiling { return own })
 	w.tracef(t, "%s answered (sent %dµs): term %d learning=%v full=%v epoch %d entries %+v",
 		ps.id, sa.sentAt, sa.ans.Term, sa.ans.Learning, sa.ans.Full, sa.ans.Epoch, sa.ans.Entries)
 	w.refreshAll(t)
@@ -728,7 +733,7 @@ func (w *world) sample(t int64) {
 func (w *world) finish() {
 	w.endTerm()
 	r := w.res
-	r.EntriesSent, r.FullSyncs, r.LearningAnswers = w.stats.EntriesSent, w.stats.FullSyncs, w.stats.Learning
+	r.EntriesSent, r.FullSyncs, r.LearningAnswers, r.Renewals = w.stats.EntriesSent, w.stats.FullSyncs, w.stats.Learning, w.stats.Renewed
 	if r.Ideal > 0 {
 		r.Utilisation = float64(r.Admitted) / float64(r.Ideal)
 	}

@@ -206,7 +206,12 @@ type Grant struct {
 	// The leader forgot the tenant (idle, or without a budget): from this
 	// epoch the region holds no grant of it; the pod deletes its grant and
 	// enforces the cold floor while leased. The other fields are zero.
-	Dropped       bool `protobuf:"varint,7,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	Dropped bool `protobuf:"varint,7,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	// The tenant's budget when the leader made the grant (0: unknown). A
+	// later leader, while it learns, renews the lease of a pod's older grants
+	// only if none of their budgets has since been lowered.
+	BudgetRate    float64 `protobuf:"fixed64,8,opt,name=budget_rate,json=budgetRate,proto3" json:"budget_rate,omitempty"`
+	BudgetBurst   int64   `protobuf:"varint,9,opt,name=budget_burst,json=budgetBurst,proto3" json:"budget_burst,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -290,6 +295,20 @@ func (x *Grant) GetDropped() bool {
 	return false
 }
 
+func (x *Grant) GetBudgetRate() float64 {
+	if x != nil {
+		return x.BudgetRate
+	}
+	return 0
+}
+
+func (x *Grant) GetBudgetBurst() int64 {
+	if x != nil {
+		return x.BudgetBurst
+	}
+	return 0
+}
+
 type ReportResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// False when the answering coordinator is not the leader.
@@ -302,10 +321,15 @@ type ReportResponse struct {
 	MinEpoch uint64 `protobuf:"varint,4,opt,name=min_epoch,json=minEpoch,proto3" json:"min_epoch,omitempty"`
 	// The leader's term.
 	Term uint64 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`
-	// The leader is learning (or waits for the pod's held grants): nothing
-	// is renewed and the pod keeps what it holds. In a learning answer,
-	// grants only lower the floors (floor_rate, floor_burst) of grants the pod
-	// reported holding, to this leader's reading of their budgets.
+	// The leader is learning (or waits for the pod's held grants): it grants
+	// nothing and the pod keeps what it holds. In a learning answer, grants
+	// only lower the floors (floor_rate, floor_burst) of grants the pod
+	// reported holding, to this leader's reading of their budgets; and when
+	// lease_ms is set, the answer renews the lease of the grants of term
+	// held_term up to epoch that the report said the pod holds (the pod
+	// applies it only if it still holds exactly those under a lease valid
+	// for leased_for_ms more, and lowers its cold floor to cold_rate,
+	// cold_burst).
 	Learning bool `protobuf:"varint,6,opt,name=learning,proto3" json:"learning,omitempty"`
 	// grants are every grant of the region: the pod drops the others.
 	Full bool `protobuf:"varint,7,opt,name=full,proto3" json:"full,omitempty"`
@@ -322,7 +346,13 @@ type ReportResponse struct {
 	Pods int32 `protobuf:"varint,13,opt,name=pods,proto3" json:"pods,omitempty"`
 	// gRPC addresses of every coordinator taking part in the election, to
 	// try when the leader and etcd are out of reach.
-	Coordinators  []string `protobuf:"bytes,14,rep,name=coordinators,proto3" json:"coordinators,omitempty"`
+	Coordinators []string `protobuf:"bytes,14,rep,name=coordinators,proto3" json:"coordinators,omitempty"`
+	// See learning.
+	HeldTerm uint64 `protobuf:"varint,15,opt,name=held_term,json=heldTerm,proto3" json:"held_term,omitempty"`
+	// A renewal applies only if the pod's lease is valid for at least this
+	// long after it applies the answer (a deposed leader may still act until
+	// then).
+	LeasedForMs   int64 `protobuf:"varint,16,opt,name=leased_for_ms,json=leasedForMs,proto3" json:"leased_for_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -455,6 +485,20 @@ func (x *ReportResponse) GetCoordinators() []string {
 	return nil
 }
 
+func (x *ReportResponse) GetHeldTerm() uint64 {
+	if x != nil {
+		return x.HeldTerm
+	}
+	return 0
+}
+
+func (x *ReportResponse) GetLeasedForMs() int64 {
+	if x != nil {
+		return x.LeasedForMs
+	}
+	return 0
+}
+
 var File_allot_v1_coordinator_proto protoreflect.FileDescriptor
 
 const file_allot_v1_coordinator_proto_rawDesc = "" +
@@ -473,7 +517,7 @@ const file_allot_v1_coordinator_proto_rawDesc = "" +
 	"\x05usage\x18\x05 \x03(\v2\x15.allot.v1.TenantUsageR\x05usage\x12\x1b\n" +
 	"\tlive_pods\x18\x06 \x01(\x05R\blivePods\x12\x12\n" +
 	"\x04term\x18\a \x01(\x04R\x04term\x12#\n" +
-	"\x04held\x18\b \x03(\v2\x0f.allot.v1.GrantR\x04held\"\xb9\x01\n" +
+	"\x04held\x18\b \x03(\v2\x0f.allot.v1.GrantR\x04held\"\xfd\x01\n" +
 	"\x05Grant\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04rate\x18\x02 \x01(\x01R\x04rate\x12\x14\n" +
@@ -483,7 +527,10 @@ const file_allot_v1_coordinator_proto_rawDesc = "" +
 	"\vfloor_burst\x18\x05 \x01(\x03R\n" +
 	"floorBurst\x12\x14\n" +
 	"\x05epoch\x18\x06 \x01(\x04R\x05epoch\x12\x18\n" +
-	"\adropped\x18\a \x01(\bR\adropped\"\x92\x03\n" +
+	"\adropped\x18\a \x01(\bR\adropped\x12\x1f\n" +
+	"\vbudget_rate\x18\b \x01(\x01R\n" +
+	"budgetRate\x12!\n" +
+	"\fbudget_burst\x18\t \x01(\x03R\vbudgetBurst\"\xd3\x03\n" +
 	"\x0eReportResponse\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x19\n" +
@@ -501,7 +548,9 @@ const file_allot_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
 	"share_pods\x18\f \x01(\x05R\tsharePods\x12\x12\n" +
 	"\x04pods\x18\r \x01(\x05R\x04pods\x12\"\n" +
-	"\fcoordinators\x18\x0e \x03(\tR\fcoordinators2J\n" +
+	"\fcoordinators\x18\x0e \x03(\tR\fcoordinators\x12\x1b\n" +
+	"\theld_term\x18\x0f \x01(\x04R\bheldTerm\x12\"\n" +
+	"\rleased_for_ms\x18\x10 \x01(\x03R\vleasedForMs2J\n" +
 	"\vCoordinator\x12;\n" +
 	"\x06Report\x12\x17.allot.v1.ReportRequest\x1a\x18.allot.v1.ReportResponseB3Z1github.com/allot-dev/allot/proto/allot/v1;allotv1b\x06proto3"
 
