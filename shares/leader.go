@@ -510,16 +510,33 @@ type podUsage struct {
 // of the reports), unless MaxTenants are known already.
 func (l *Leader) accumulate(reg *leaderRegion, r PodReport, now time.Time) {
 	pu := reg.latest[r.Pod]
-	// keep is how much of the previous rates' span to merge with r.
+	// keep is how much of the previous rates' span to merge with r: those
+	// rates, as units over keep, go to l.sum first.
 	var keep time.Duration
 	if len(pu.ids) > 0 && r.Interval < l.cfg.Interval && now.Sub(pu.at) <= 3*l.cfg.Interval {
 		keep = min(pu.span, l.cfg.Interval-r.Interval)
-	}
-	l.newNames = l.newNames[:0]
-	for t := range r.Usage {
-		if _, ok := l.alloc.tIdx[t]; !ok {
-			l.newNames = append(l.newNames, t)
+		l.grow()
+		l.touched = l.touched[:0]
+		ks := keep.Seconds()
+		check := pu.frees != l.alloc.frees
+		for j, k := range pu.ids {
+			if check && (l.alloc.tenants[k].name == "" || l.alloc.tenants[k].born > pu.frees) {
+				continue // forgotten since
+			}
+			l.add(k, pu.use[j].Offered*ks, pu.use[j].Admitted*ks)
 		}
+	}
+	secs := r.Interval.Seconds()
+	pu.ids, pu.use = pu.ids[:0], pu.use[:0]
+	l.newNames = l.newNames[:0]
+	for t, u := range r.Usage {
+		k, ok := l.alloc.tIdx[t]
+		if !ok {
+			l.newNames = append(l.newNames, t)
+			continue
+		}
+		pu.ids = append(pu.ids, int32(k))
+		pu.use = append(pu.use, Usage{Offered: u.Offered / secs, Admitted: u.Admitted / secs})
 	}
 	if len(l.newNames) > 0 {
 		sort.Strings(l.newNames)
@@ -531,46 +548,20 @@ func (l *Leader) accumulate(reg *leaderRegion, r PodReport, now time.Time) {
 				l.stats.DroppedTenants++
 				continue
 			}
-			l.alloc.tenant(t)
+			u := r.Usage[t]
+			pu.ids = append(pu.ids, int32(l.alloc.tenant(t)))
+			pu.use = append(pu.use, Usage{Offered: u.Offered / secs, Admitted: u.Admitted / secs})
 		}
 	}
-	secs := r.Interval.Seconds()
-	if keep <= 0 {
-		pu.ids, pu.use = pu.ids[:0], pu.use[:0]
-		for t, u := range r.Usage {
-			if k, ok := l.alloc.tIdx[t]; ok {
-				pu.ids = append(pu.ids, int32(k))
-				pu.use = append(pu.use, Usage{Offered: u.Offered / secs, Admitted: u.Admitted / secs})
-			}
-		}
-		pu.span = r.Interval
-	} else {
-		// Units over keep + r.Interval, by tenant index, in l.sum.
+	pu.span = r.Interval
+	if keep > 0 {
+		// Add r's units and make rates over keep + r.Interval.
 		l.grow()
-		l.touched = l.touched[:0]
-		add := func(k int32, off, adm float64) {
-			if !l.seen[k] {
-				l.seen[k] = true
-				l.touched = append(l.touched, k)
-			}
-			l.sum[k].Offered += off
-			l.sum[k].Admitted += adm
-		}
-		ks := keep.Seconds()
-		check := pu.frees != l.alloc.frees
 		for j, k := range pu.ids {
-			if check && (l.alloc.tenants[k].name == "" || l.alloc.tenants[k].born > pu.frees) {
-				continue // forgotten since
-			}
-			add(k, pu.use[j].Offered*ks, pu.use[j].Admitted*ks)
+			l.add(k, pu.use[j].Offered*secs, pu.use[j].Admitted*secs)
 		}
-		for t, u := range r.Usage {
-			if k, ok := l.alloc.tIdx[t]; ok {
-				add(int32(k), u.Offered, u.Admitted)
-			}
-		}
-		span := keep + r.Interval
-		ss := span.Seconds()
+		pu.span = keep + r.Interval
+		ss := pu.span.Seconds()
 		pu.ids, pu.use = pu.ids[:0], pu.use[:0]
 		for _, k := range l.touched {
 			u := l.sum[k]
@@ -579,10 +570,19 @@ func (l *Leader) accumulate(reg *leaderRegion, r PodReport, now time.Time) {
 		}
 		l.clearSum(l.touched)
 		l.touched = l.touched[:0]
-		pu.span = span
 	}
 	pu.at, pu.frees = now, l.alloc.frees
 	reg.latest[r.Pod] = pu
+}
+
+// add adds units of tenant k to l.sum, noting k in l.touched.
+func (l *Leader) add(k int32, offered, admitted float64) {
+	if !l.seen[k] {
+		l.seen[k] = true
+		l.touched = append(l.touched, k)
+	}
+	l.sum[k].Offered += offered
+	l.sum[k].Admitted += admitted
 }
 
 // grow sizes the scratch sums to the allocator's tenants.
