@@ -176,7 +176,7 @@ type RegionStatus struct {
 	Epoch uint64 `json:"epoch"`
 }
 
-// Status is the coordinator's state (DESIGN.md, GET /v1/status).
+// Status is the coordinator's state (GET /v1/status; its fields are a contract).
 type Status struct {
 	IsLeader        bool           `json:"is_leader"`
 	ID              string         `json:"id"`

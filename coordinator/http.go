@@ -53,7 +53,7 @@ var errBadRequest = errors.New("bad request")
 // maxBody bounds admin request bodies (policy documents included).
 const maxBody = 4 << 20
 
-// Handler returns the coordinator's HTTP API (DESIGN.md): the admin API under
+// Handler returns the coordinator's HTTP API (a fixed contract): the admin API under
 // /v1/, the status page at /, /metrics from gatherer, /healthz and /readyz.
 func (c *Coordinator) Handler(auth Auth, gatherer prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()

@@ -20,8 +20,8 @@ import (
 	allotv1 "github.com/allot-dev/allot/proto/allot/v1"
 )
 
-// ReportAuth says whose reports the coordinator takes (DESIGN.md: reports are
-// authenticated, by mutual TLS or a region token). A report is taken when
+// ReportAuth says whose reports the coordinator takes (docs/protocol.md:
+// reports are authenticated, by mutual TLS or a region token). A report is taken when
 // any of these holds:
 //   - Insecure is set;
 //   - it arrived on a TLS connection whose client certificate was verified

@@ -27,7 +27,7 @@ type decideRequest struct {
 	Cost        *int64            `json:"cost,omitempty"`
 }
 
-// decideResponse is its answer (DESIGN.md contract, plus fallback).
+// decideResponse is its answer (a fixed contract, plus fallback).
 type decideResponse struct {
 	Allowed      bool   `json:"allowed"`
 	Remaining    int64  `json:"remaining"`

@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// Exit codes (DESIGN.md, CLI contract).
+// Exit codes (part of the CLI's fixed contract).
 const (
 	exitOK      = 0
 	exitFailure = 1
