@@ -151,7 +151,7 @@ func testFailover(t *testing.T, crash bool) {
 		_, err := report(t, second, "us-east", 10)
 		var nl *NotLeaderError
 		if !errors.As(err, &nl) || nl.Leader != first.c.ID()+":9000" {
-			return fmt.Errorf("follower does not name the leader: %v", err)
+			return fmt.Errorf("follower does not name the leader: %w", err)
 		}
 		return nil
 	})

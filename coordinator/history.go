@@ -203,15 +203,6 @@ func (h *history) chart(tenant string) template.HTML {
 	return template.HTML(b.String()) //nolint:gosec // built from numbers and escaped names only
 }
 
-func indexOf(xs []string, x string) int {
-	for i, v := range xs {
-		if v == x {
-			return i
-		}
-	}
-	return -1
-}
-
 func equalStrings(a, b []string) bool {
 	if len(a) != len(b) {
 		return false

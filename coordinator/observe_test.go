@@ -205,7 +205,7 @@ func TestFollowerNamesNewLeader(t *testing.T) {
 			_, err := report(t, n, "us-east", 1)
 			var nl *NotLeaderError
 			if !errors.As(err, &nl) || nl.Leader != leader+":9000" {
-				return fmt.Errorf("%s answers a report with %v, want a *NotLeaderError naming %s", n.c.ID(), err, leader)
+				return fmt.Errorf("%s answers a report with %w, want a *NotLeaderError naming %s", n.c.ID(), err, leader)
 			}
 			return nil
 		}

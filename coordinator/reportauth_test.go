@@ -51,7 +51,7 @@ func startReportLeader(t *testing.T, auth ReportAuth) *reportLeader {
 	eventually(t, 10*time.Second, func() error {
 		st, err := n.c.Status(context.Background())
 		if err != nil || !st.IsLeader || st.LastRebalance == "" {
-			return fmt.Errorf("not leading with a policy yet: %+v, %v", st, err)
+			return fmt.Errorf("not leading with a policy yet: %+v, %w", st, err)
 		}
 		return nil
 	})

@@ -2,6 +2,7 @@ package regional
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -72,7 +73,7 @@ func redisKeys(t *testing.T, rc *redis.Client) map[string]string {
 	iter := rc.Scan(ctx, 0, "*", 100).Iterator()
 	for iter.Next(ctx) {
 		v, err := rc.Get(ctx, iter.Val()).Result()
-		if err == redis.Nil {
+		if errors.Is(err, redis.Nil) {
 			continue // expired since the scan
 		}
 		if err != nil {
@@ -213,7 +214,7 @@ func TestLeasedCompositeConcurrent(t *testing.T) {
 			t.Fatal(err)
 		}
 		v, err := rc.Get(ctx, k).Result()
-		if err == redis.Nil {
+		if errors.Is(err, redis.Nil) {
 			return 0
 		}
 		if err != nil {

@@ -76,7 +76,6 @@ func (r *reporter) run(ctx context.Context) error {
 	t := time.NewTicker(r.s.cfg.ReportInterval)
 	defer t.Stop()
 	defer r.close()
-	last := r.s.cfg.Now()
 	// Besides every interval, report soon after applying a shrink (at most
 	// once per interval): the leader may be holding a grow elsewhere until
 	// this pod acknowledges it.
@@ -87,7 +86,7 @@ func (r *reporter) run(ctx context.Context) error {
 	// The first report goes at once: until a leader answers, the pod
 	// enforces nothing for budget limits (and is not ready).
 	r.report(ctx, r.s.counts.drain(), r.s.cfg.ReportInterval)
-	last = r.s.cfg.Now()
+	last := r.s.cfg.Now()
 	for {
 		select {
 		case <-ctx.Done():

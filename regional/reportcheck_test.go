@@ -81,7 +81,7 @@ func startLeader(t *testing.T, etcd *etcdtest.Server, adjust func(*coordinator.C
 	redistest.Eventually(t, 10*time.Second, func() error {
 		st, err := coord.Status(ctx)
 		if err != nil || !st.IsLeader || st.LastRebalance == "" {
-			return fmt.Errorf("leader not ready: %+v, %v", st, err)
+			return fmt.Errorf("leader not ready: %+v, %w", st, err)
 		}
 		return nil
 	})

@@ -110,7 +110,7 @@ func TestUnknownTenantsDeny(t *testing.T) {
 		}
 		if err != nil || len(br.GetResponses()) != 3 || !br.Responses[0].GetAllowed() || !br.Responses[2].GetAllowed() {
 			time.Sleep(250 * time.Millisecond) // let the keys rest
-			return fmt.Errorf("DecideBatch(listed, stranger, budgeted) = %v, %v; want allowed, denied by unknown_tenant, allowed", br, err)
+			return fmt.Errorf("DecideBatch(listed, stranger, budgeted) = %v, %w; want allowed, denied by unknown_tenant, allowed", br, err)
 		}
 		return nil
 	})
@@ -147,7 +147,7 @@ func TestUnknownTenantsDeny(t *testing.T) {
 	p.applyPolicy(t, string(base), "stranger", func(te *tenantEntry) bool { return !te.resolved.UnknownDenied })
 	wait.Until(t, 10*time.Second, func() error {
 		if d, err := p.s.Decide(ctx, map[string]string{"tenant": "stranger"}, 1); err != nil || !d.Allowed || d.Limit != "tenant" {
-			return fmt.Errorf("stranger under allow = %+v, %v; want allowed by the default tier", d, err)
+			return fmt.Errorf("stranger under allow = %+v, %w; want allowed by the default tier", d, err)
 		}
 		return nil
 	})

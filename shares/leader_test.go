@@ -119,10 +119,10 @@ func (r *rig) sum(tenant string) float64 {
 	return s
 }
 
-func (r *rig) safe(tenant string, R float64, when string) {
+func (r *rig) safe(tenant string, rate float64, when string) {
 	r.t.Helper()
-	if s := r.sum(tenant); s > R*(1+1e-9) {
-		r.t.Fatalf("%s: Σ enforced %.2f/s > R %.0f/s (%s)", when, s, R, r.describe(tenant))
+	if s := r.sum(tenant); s > rate*(1+1e-9) {
+		r.t.Fatalf("%s: Σ enforced %.2f/s > R %.0f/s (%s)", when, s, rate, r.describe(tenant))
 	}
 }
 
@@ -158,7 +158,7 @@ func (r *rig) learn(tenant string, demand map[string]float64) {
 	}
 }
 
-func (r *rig) converge(tenant string, demand map[string]float64, rounds int, R float64) {
+func (r *rig) converge(tenant string, demand map[string]float64, rounds int, rate float64) {
 	for range rounds {
 		for _, id := range r.ids() {
 			r.report(id, tenant, demand[r.region[id]], true)
@@ -167,7 +167,7 @@ func (r *rig) converge(tenant string, demand map[string]float64, rounds int, R f
 		for _, id := range r.ids() {
 			r.report(id, tenant, demand[r.region[id]], true)
 		}
-		r.safe(tenant, R, "converging")
+		r.safe(tenant, rate, "converging")
 		r.step(time.Second)
 	}
 }

@@ -280,7 +280,7 @@ func TestStartEmpty(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d.Result.Allowed {
+			if d.Allowed {
 				admitted++
 			}
 		}
@@ -289,11 +289,11 @@ func TestStartEmpty(t *testing.T) {
 		}
 		now = now.Add(100 * time.Millisecond) // one emission interval
 		d, _ := s.Decide(context.Background(), []gcra.Request{{Key: "k2", Limit: lim, Cost: 1}})
-		if empty && d.Result.Allowed {
+		if empty && d.Allowed {
 			t.Errorf("StartEmpty: a new key admitted at once")
 		}
 		d, _ = s.Decide(context.Background(), []gcra.Request{{Key: "k", Limit: lim, Cost: 1}})
-		if !d.Result.Allowed {
+		if !d.Allowed {
 			t.Errorf("StartEmpty=%v: one emission interval later, denied", empty)
 		}
 	}
