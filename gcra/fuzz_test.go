@@ -122,3 +122,49 @@ func TestValidateRequests(t *testing.T) {
 		})
 	}
 }
+
+// FuzzTwinBoundClockSteps: as FuzzTwinBound, but the clock may also jump
+// backwards (Redis TIME after a failover to a replica whose clock is
+// behind). A jump back takes no time, and from there the clock runs forward
+// again at the real rate: measured in real time r (the sum of the forward
+// steps), every window between two admitted decisions still satisfies
+// Σ cost(i..j) ≤ B + ⌊(r_j − r_i)/T⌋: a jump back never admits more.
+func FuzzTwinBoundClockSteps(f *testing.F) {
+	f.Add(uint32(200_000), uint16(3), []byte{0, 0, 0, 0, 200, 0, 0, 0, 250, 0, 10, 0})
+	f.Add(uint32(200_000), uint16(3), []byte{0, 48, 0, 48, 250, 48, 250, 50, 48})
+	f.Add(uint32(1000), uint16(10), []byte{255, 1, 0, 1, 129, 1, 0, 1, 127, 1, 0, 1})
+	f.Fuzz(func(t *testing.T, tRaw uint32, bRaw uint16, steps []byte) {
+		l := Limit{T: 1 + int64(tRaw)%10_000_000, Burst: 1 + int64(bRaw)%1000}
+		if len(steps) > 400 {
+			steps = steps[:400]
+		}
+		type hit struct{ real, cost int64 }
+		var hits []hit
+		var s State
+		now := int64(1_700_000_000_000_000)
+		var real int64
+		for i := 0; i+1 < len(steps); i += 2 {
+			// A signed step in multiples of T/16: from 8 T back to 8 T on.
+			step := (int64(steps[i]) - 128) * l.T / 16
+			now += step
+			real += max(0, step)
+			cost := 1 + int64(steps[i+1])%l.Burst
+			ns, r, _ := DecideMicros(s, now, l, cost)
+			if r.Allowed {
+				s = ns
+				hits = append(hits, hit{real, cost})
+			} else if r.RetryAfter <= 0 {
+				t.Fatalf("denied at %d with retry-after %v", now, r.RetryAfter)
+			}
+		}
+		for i := range hits {
+			var sum int64
+			for j := i; j < len(hits); j++ {
+				sum += hits[j].cost
+				if bound := l.Burst + (hits[j].real-hits[i].real)/l.T; sum > bound {
+					t.Fatalf("limit %+v: %d units admitted in real time [%d, %d], bound %d", l, sum, hits[i].real, hits[j].real, bound)
+				}
+			}
+		}
+	})
+}
