@@ -224,7 +224,7 @@ func (c *Coordinator) campaign(ctx context.Context) error {
 		}
 	})
 	wg.Go(func() { c.observe(sctx, el) })
-	wg.Go(func() { c.keepFence(sctx, sess.Lease()) })
+	wg.Go(func() { c.keepFence(sctx, sess.Lease(), cancel) })
 
 	val, _ := json.Marshal(LeaderInfo{ID: c.cfg.ID, GRPC: c.cfg.GRPCAddr, HTTP: c.cfg.HTTPAddr})
 	if err := el.Campaign(sctx, string(val)); err != nil {
@@ -237,15 +237,25 @@ func (c *Coordinator) campaign(ctx context.Context) error {
 // clock rates: a tenth of the TTL, at least 100 ms.
 func fenceMargin(ttl time.Duration) time.Duration { return max(100*time.Millisecond, ttl/10) }
 
+// deposedBound is how long after a term starts its leaders assume an older
+// leader may still answer pods (shares.LeaderConfig.Deposed). The fence
+// makes it zero; twice the fence margin more covers a fence that errs by as
+// much (an etcd server that revokes a lease early, clock rates) at little
+// cost: renewals need a pod's lease to outlast it.
+func deposedBound(ttl time.Duration) time.Duration { return 2 * fenceMargin(ttl) }
+
 // keepFence renews the election session's lease itself every third of the
 // TTL, until ctx ends, and moves the fence to a margin before the expiry
 // each renewal guarantees: etcd expires the lease a TTL after it took the
 // renewal, which is after this coordinator sent it. So a leader answers no
 // report once etcd may have expired its session and another coordinator may
 // lead: a deposed leader never acts after its successor's term started, and
-// the successor may renew what pods hold at once (shares.LeaderConfig.Deposed
-// is 0). The session's own keepalives continue beside these.
-func (c *Coordinator) keepFence(ctx context.Context, id clientv3.LeaseID) {
+// the successor may renew what pods hold almost at once (deposedBound). The
+// session's own keepalives continue beside these. When the fence lapses
+// while the session still lives (etcd answers the session's keepalives but
+// not these in time), lapsed is called: the coordinator leaves the election
+// rather than lead without answering.
+func (c *Coordinator) keepFence(ctx context.Context, id clientv3.LeaseID, lapsed func()) {
 	every := c.cfg.SessionTTL / 3
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -259,11 +269,19 @@ func (c *Coordinator) keepFence(ctx context.Context, id clientv3.LeaseID) {
 		kctx, cancel := context.WithTimeout(ctx, every)
 		resp, err := c.cfg.Etcd.KeepAliveOnce(kctx, id)
 		cancel()
-		if err != nil || resp.TTL <= 0 {
-			c.log.Debug("session keepalive for the fence failed", "err", err)
+		if err == nil && resp.TTL > 0 {
+			c.extendFence(sent, time.Duration(resp.TTL)*time.Second)
 			continue
 		}
-		c.extendFence(sent, time.Duration(resp.TTL)*time.Second)
+		c.log.Debug("session keepalive for the fence failed", "err", err)
+		c.mu.Lock()
+		gone := c.term != nil && !time.Now().Before(c.fenceUntil)
+		c.mu.Unlock()
+		if gone {
+			c.log.Warn("fence lapsed: etcd may have expired this leader's session; leaving the election", "err", err)
+			lapsed()
+			return
+		}
 	}
 }
 
@@ -510,7 +528,7 @@ func (c *Coordinator) refreshPolicy(ctx context.Context, t *term) error {
 	cfg := shares.LeaderConfig{
 		Config:      c.cfg.allocatorConfig(doc.Regions),
 		Learning:    c.cfg.Lease + c.cfg.SessionTTL,
-		Deposed:     0, // older leaders fence themselves (keepFence)
+		Deposed:     deposedBound(c.cfg.SessionTTL),
 		MaxTenants:  c.cfg.MaxTenants,
 		IdleTimeout: c.cfg.TenantIdleTimeout,
 		ValidTenant: policy.ValidateTenant,

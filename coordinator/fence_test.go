@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -75,10 +76,18 @@ func TestLeaderFencesItselfBeforeItsSessionExpires(t *testing.T) {
 	if b.c.IsLeader() {
 		t.Fatalf("b leads when a fenced itself (%v after the cut)", fenced)
 	}
-	if !a.c.IsLeader() {
-		t.Fatal("a no longer thinks it leads: the refusal was not the fence's")
+	if n := testutil.ToFloat64(a.c.m.reports.WithLabelValues("us-east", "fenced")); n < 1 {
+		t.Fatalf("reports refused as fenced: %v, want at least 1 (the refusal was not the fence's)", n)
 	}
 	t.Logf("a fenced itself %v after the cut (session TTL %v)", fenced, a.c.cfg.SessionTTL)
+	// With its fence lapsed, a leaves the election rather than lead
+	// without answering.
+	eventually(t, 5*time.Second, func() error {
+		if a.c.IsLeader() {
+			return errors.New("a still leads, fenced")
+		}
+		return nil
+	})
 	eventually(t, 15*time.Second, func() error {
 		if !b.c.IsLeader() {
 			return errors.New("b does not lead")

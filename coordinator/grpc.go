@@ -74,13 +74,7 @@ func (g *grpcAPI) Report(ctx context.Context, r *allotv1.ReportRequest) (*allotv
 		acc.Admitted += u.GetAdmitted()
 		usage[u.GetTenant()] = acc
 	}
-	var held []shares.Entry
-	if h := r.GetHeld(); h != nil {
-		held = make([]shares.Entry, 0, len(h))
-		for _, e := range h {
-			held = append(held, shares.Entry{Tenant: e.GetTenant(), Grant: fromGrantPB(e)})
-		}
-	}
+	held := heldFromPB(r)
 	ans, err := g.c.Report(ctx, PodReport{
 		Region: r.GetRegion(), Pod: r.GetPod(), Interval: time.Duration(r.GetIntervalMs()) * time.Millisecond,
 		Term: r.GetTerm(), Applied: r.GetAppliedEpoch(), Usage: usage, LivePods: int(r.GetLivePods()), Held: held,
@@ -124,6 +118,20 @@ func ToGrantPB(e shares.Entry) *allotv1.Grant {
 	return &allotv1.Grant{Tenant: e.Tenant, Rate: e.Grant.Rate, Burst: e.Grant.Burst,
 		FloorRate: e.Grant.FloorRate, FloorBurst: e.Grant.FloorBurst, Epoch: e.Grant.Epoch, Dropped: e.Grant.Dropped,
 		BudgetRate: e.Grant.BudgetRate, BudgetBurst: e.Grant.BudgetBurst}
+}
+
+// heldFromPB returns the grants a report says its pod holds: nil when it
+// says nothing, empty (not nil) when it says the pod holds none.
+func heldFromPB(r *allotv1.ReportRequest) []shares.Entry {
+	h := r.GetHeld()
+	if h == nil && !r.GetHeldSent() {
+		return nil
+	}
+	held := make([]shares.Entry, 0, len(h))
+	for _, e := range h {
+		held = append(held, shares.Entry{Tenant: e.GetTenant(), Grant: fromGrantPB(e)})
+	}
+	return held
 }
 
 func fromGrantPB(g *allotv1.Grant) shares.Grant {

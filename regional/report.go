@@ -169,7 +169,7 @@ func (r *reporter) report(ctx context.Context, usage map[string]shares.Usage, in
 		Region: r.s.cfg.Region, Pod: r.s.cfg.Pod, IntervalMs: max(1, interval.Milliseconds()),
 		Term: term, AppliedEpoch: applied, LivePods: int32(r.s.livePods()),
 	}
-	req.Held = heldPB(held)
+	req.Held, req.HeldSent = heldPB(held), held != nil
 	for t, u := range usage {
 		req.Usage = append(req.Usage, &allotv1.TenantUsage{Tenant: t, Offered: u.Offered, Admitted: u.Admitted})
 	}
@@ -219,7 +219,7 @@ func (r *reporter) report(ctx context.Context, usage map[string]shares.Usage, in
 			// Carry what the pod holds to the leader named (a new one may
 			// renew it).
 			term, applied, held = r.s.view.reportState()
-			req.Term, req.AppliedEpoch, req.Held = term, applied, heldPB(held)
+			req.Term, req.AppliedEpoch, req.Held, req.HeldSent = term, applied, heldPB(held), held != nil
 			continue
 		}
 		if p := resp.GetCoordinators(); len(p) > 0 {

@@ -62,7 +62,8 @@ type Grant struct {
 	// fields are zero.
 	Dropped bool
 	// BudgetRate and BudgetBurst are the tenant's budget when the leader
-	// made the grant (0: unknown). A later leader, while it learns, renews
+	// made the grant (n times it in full mode: what the n regions may
+	// enforce together; 0: unknown). A later leader, while it learns, renews
 	// the lease of a pod's older grants only if no budget of theirs has
 	// since been lowered (see Leader.Report).
 	BudgetRate  float64

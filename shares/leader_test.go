@@ -333,6 +333,32 @@ func TestLearningRenewsHeldGrants(t *testing.T) {
 		}
 	})
 
+	t.Run("full mode, then rebalanced", func(t *testing.T) {
+		// In full mode every region holds all of R: the grants are
+		// stamped with what the regions may enforce together (2R), so a
+		// leader reading the same R rebalanced renews none of them.
+		full := map[string]shares.Budget{"t": {Rate: 300, Burst: 60, Mode: shares.ModeFull}}
+		r := newRig(t, 1, []string{"a", "b"}, full, "a/1", "a/2", "b/1", "b/2")
+		r.cfg.Learning, r.cfg.Deposed = r.cfg.Lease+2*time.Second, 0
+		r.newLeader(1)
+		r.learn("t", demand)
+		r.converge("t", demand, 3, 600)
+		if g := r.grant("a/1", "t"); g.BudgetRate != 600 {
+			t.Fatalf("a full-mode grant is stamped %+v, want BudgetRate 600 (2 regions × 300)", g)
+		}
+		r.newLeader(2)
+		r.budgets = b
+		r.l.SetBudgets(b)
+		for range 2 {
+			for _, id := range r.ids() {
+				if a := r.report(id, "t", demand[r.region[id]], true); a.Lease != 0 {
+					t.Fatalf("the learning leader renewed %s's full-mode grants under a rebalanced budget: %+v", id, a)
+				}
+			}
+			r.step(time.Second)
+		}
+	})
+
 	t.Run("lease ends before a deposed leader surely stopped", func(t *testing.T) {
 		r := setup()
 		// Term 1's last answers were 3 s before term 2 starts: their

@@ -99,8 +99,12 @@ type ReportRequest struct {
 	// Term of the grants the pod holds (0: none).
 	Term uint64 `protobuf:"varint,7,opt,name=term,proto3" json:"term,omitempty"`
 	// The grants the pod holds when they are of an older term than the
-	// leader's that last answered it: their floors outlive the lease.
-	Held          []*Grant `protobuf:"bytes,8,rep,name=held,proto3" json:"held,omitempty"`
+	// leader's that last answered it, or after an unanswered report: their
+	// floors outlive the lease.
+	Held []*Grant `protobuf:"bytes,8,rep,name=held,proto3" json:"held,omitempty"`
+	// held is set (it may be empty: the pod holds no grant). Without it an
+	// empty list cannot be told from none sent.
+	HeldSent      bool `protobuf:"varint,9,opt,name=held_sent,json=heldSent,proto3" json:"held_sent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -189,6 +193,13 @@ func (x *ReportRequest) GetHeld() []*Grant {
 		return x.Held
 	}
 	return nil
+}
+
+func (x *ReportRequest) GetHeldSent() bool {
+	if x != nil {
+		return x.HeldSent
+	}
+	return false
 }
 
 // Grant is what a region's pods may enforce for one tenant (docs/protocol.md).
@@ -507,7 +518,7 @@ const file_allot_v1_coordinator_proto_rawDesc = "" +
 	"\vTenantUsage\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x18\n" +
 	"\aoffered\x18\x02 \x01(\x01R\aoffered\x12\x1a\n" +
-	"\badmitted\x18\x03 \x01(\x01R\badmitted\"\x82\x02\n" +
+	"\badmitted\x18\x03 \x01(\x01R\badmitted\"\x9f\x02\n" +
 	"\rReportRequest\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x10\n" +
 	"\x03pod\x18\x02 \x01(\tR\x03pod\x12\x1f\n" +
@@ -517,7 +528,8 @@ const file_allot_v1_coordinator_proto_rawDesc = "" +
 	"\x05usage\x18\x05 \x03(\v2\x15.allot.v1.TenantUsageR\x05usage\x12\x1b\n" +
 	"\tlive_pods\x18\x06 \x01(\x05R\blivePods\x12\x12\n" +
 	"\x04term\x18\a \x01(\x04R\x04term\x12#\n" +
-	"\x04held\x18\b \x03(\v2\x0f.allot.v1.GrantR\x04held\"\xfd\x01\n" +
+	"\x04held\x18\b \x03(\v2\x0f.allot.v1.GrantR\x04held\x12\x1b\n" +
+	"\theld_sent\x18\t \x01(\bR\bheldSent\"\xfd\x01\n" +
 	"\x05Grant\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04rate\x18\x02 \x01(\x01R\x04rate\x12\x14\n" +
