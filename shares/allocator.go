@@ -63,7 +63,8 @@ type Grant struct {
 	Dropped bool
 	// BudgetRate and BudgetBurst are the tenant's budget when the leader
 	// made the grant (n times it in full mode: what the n regions may
-	// enforce together; 0: unknown). A later leader, while it learns, renews
+	// enforce together), or a larger one a change replaced shortly before
+	// (see Allocator.stampOf; 0: unknown). A later leader, while it learns, renews
 	// the lease of a pod's older grants only if no budget of theirs has
 	// since been lowered (see Leader.Report).
 	BudgetRate  float64
@@ -179,6 +180,12 @@ type tenantState struct {
 	noted   Budget
 	isNoted bool
 	pfUntil time.Time
+	// peakR, peakB: the largest budget (as stampOf counts it) the tenant
+	// had within peakWindow before peakUntil, while a change may still be
+	// under way.
+	peakR     float64
+	peakB     int64
+	peakUntil time.Time
 }
 
 // regionState is the leader's state of one region.
@@ -766,7 +773,43 @@ func (a *Allocator) note(k int, b *Budget) {
 		s[i].pfR, s[i].pfB = max(s[i].pfR, fr), max(s[i].pfB, fb)
 	}
 	t.pfUntil = a.now.Add(viewLag * a.cfg.Interval)
+	r, bu := stampBudget(&t.noted, a.n)
+	if a.now.Before(t.peakUntil) {
+		r, bu = max(r, t.peakR), max(bu, t.peakB)
+	}
+	t.peakR, t.peakB, t.peakUntil = r, bu, a.now.Add(a.peakWindow())
 	t.noted = *b
+}
+
+// peakWindow is how long a budget a change replaced still counts in the
+// stamps of new grants (stampOf): while the change runs, grants made under
+// the new budget may sit beside older ones that fit only the old one.
+func (a *Allocator) peakWindow() time.Duration { return 2*a.cfg.Lease + 4*a.cfg.Interval }
+
+// stampBudget is what the regions may enforce together under b: its rate
+// and burst, n times them in full mode.
+func stampBudget(b *Budget, n int) (float64, int64) {
+	if b.mode() == ModeFull {
+		return b.Rate * float64(n), b.Burst * int64(n)
+	}
+	return b.Rate, b.Burst
+}
+
+// stampOf returns the budget tenant k's grants made now are stamped with
+// (Grant.BudgetRate, BudgetBurst): the largest of its budget, the one last
+// noted, and any a change replaced within peakWindow. A later leader
+// renews a grant only under a budget at least that large.
+func (a *Allocator) stampOf(k int) (float64, int64) {
+	t := &a.tenants[k]
+	r, b := stampBudget(&t.budget, a.n)
+	if t.isNoted {
+		nr, nb := stampBudget(&t.noted, a.n)
+		r, b = max(r, nr), max(b, nb)
+	}
+	if a.now.Before(t.peakUntil) {
+		r, b = max(r, t.peakR), max(b, t.peakB)
+	}
+	return r, b
 }
 
 // budgetEqual reports whether a and b are the same budget.

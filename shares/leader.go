@@ -711,14 +711,7 @@ func (l *Leader) record(changes []Change) {
 		reg := &l.regs[i]
 		g := c.Grant
 		if k, ok := l.alloc.tIdx[c.Tenant]; ok && !g.Dropped {
-			// What the region set may enforce together under the budget:
-			// n times it in full mode.
-			b := &l.alloc.tenants[k].budget
-			g.BudgetRate, g.BudgetBurst = b.Rate, b.Burst
-			if b.mode() == ModeFull {
-				n := len(l.cfg.Regions)
-				g.BudgetRate, g.BudgetBurst = b.Rate*float64(n), b.Burst*int64(n)
-			}
+			g.BudgetRate, g.BudgetBurst = l.alloc.stampOf(k)
 		}
 		reg.log = append(reg.log, logRec{tenant: c.Tenant, grant: g})
 		reg.current[c.Tenant] = g

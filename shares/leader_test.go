@@ -333,6 +333,30 @@ func TestLearningRenewsHeldGrants(t *testing.T) {
 		}
 	})
 
+	t.Run("budget cut shortly before the leader changed", func(t *testing.T) {
+		// The old leader shrinks under the cut; while that runs, grants it
+		// makes under the new budget may sit beside older ones that fit
+		// only the old, so they are stamped with the old budget and the
+		// next leader (reading the new one) renews none of them.
+		r := setup()
+		cut := map[string]shares.Budget{"t": {Rate: 100, Burst: 20}}
+		r.budgets = cut
+		r.converge("t", demand, 2, 300)
+		if g := r.grant("a/1", "t"); g.BudgetRate != 300 || g.BudgetBurst != 60 {
+			t.Fatalf("a grant made 2 s after a cut from 300/60 is stamped %+v, want the old budget", g)
+		}
+		r.newLeader(2)
+		r.l.SetBudgets(cut)
+		for range 2 {
+			for _, id := range r.ids() {
+				if a := r.report(id, "t", demand[r.region[id]], true); a.Lease != 0 {
+					t.Fatalf("the learning leader renewed %s's grants made while a cut ran: %+v", id, a)
+				}
+			}
+			r.step(time.Second)
+		}
+	})
+
 	t.Run("full mode, then rebalanced", func(t *testing.T) {
 		// In full mode every region holds all of R: the grants are
 		// stamped with what the regions may enforce together (2R), so a
