@@ -25,7 +25,10 @@ build: ## build bin/allot (static)
 test: ## run every test against real redis-server (needs redis-server on PATH)
 	@command -v redis-server >/dev/null || { echo "make test: redis-server not found; install it (apt-get install -y redis-server) or run .ci/run" >&2; exit 1; }
 	$(GO) vet $(PKGS)
-	$(GO) test -race -count=1 -timeout 15m $$($(GO) list $(PKGS) | grep -v /shares/protocheck)
+	$(GO) test -race -count=1 -timeout 15m $$($(GO) list $(PKGS) | grep -v -e /shares/protocheck -e '/e2e$$')
+	@# The e2e short suite measures utilisation: alone, and without -race in
+	@# its load generator, so that the other packages' tests do not starve it.
+	$(GO) test -count=1 -timeout 10m ./e2e
 	$(GO) test -count=1 -timeout 5m ./shares/protocheck -run TestProtocol -seeds 2000 -v
 
 SEEDS ?= 100000

@@ -173,7 +173,7 @@ func TestLeasedCompositeConcurrent(t *testing.T) {
 	for g := range 16 {
 		wg.Go(func() {
 			r := rand.New(rand.NewPCG(uint64(g), 12))
-			for range 50 {
+			for range 100 { // 1,600 decisions: each machine's 100 units run out whatever the interleaving
 				u, m := r.IntN(len(users)), r.IntN(len(machines))
 				desc := map[string]string{"tenant": "t1", "machine": machines[m]}
 				if r.IntN(4) != 0 { // most requests carry a user, some are the machine alone
