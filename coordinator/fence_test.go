@@ -58,16 +58,12 @@ func TestLeaderFencesItselfBeforeItsSessionExpires(t *testing.T) {
 	})
 	cut := time.Now()
 	link.Cut()
-	for {
-		_, err := report(t, a, "us-east", 1)
-		if errors.As(err, &nl) {
-			break
+	eventually(t, 2*a.c.cfg.SessionTTL, func() error {
+		if _, err := report(t, a, "us-east", 1); !errors.As(err, &nl) {
+			return fmt.Errorf("a still answers %v after it was cut from etcd (session TTL %v)", time.Since(cut), a.c.cfg.SessionTTL)
 		}
-		if time.Since(cut) > 2*a.c.cfg.SessionTTL {
-			t.Fatalf("a still answers %v after it was cut from etcd (session TTL %v)", time.Since(cut), a.c.cfg.SessionTTL)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	fenced := time.Since(cut)
 	// At that instant a's session still lives on etcd and b does not lead.
 	if n := keys(); n != 2 {

@@ -18,7 +18,6 @@ func FuzzTwinBound(f *testing.F) {
 		if len(steps) > 400 {
 			steps = steps[:400]
 		}
-		type hit struct{ at, cost int64 }
 		var hits []hit
 		var s State
 		now := int64(1_700_000_000_000_000)
@@ -29,20 +28,12 @@ func FuzzTwinBound(f *testing.F) {
 			ns, r, _ := DecideMicros(s, now, l, cost)
 			if r.Allowed {
 				s = ns
-				hits = append(hits, hit{now, cost})
+				hits = append(hits, hit{at: now, cost: cost})
 			} else if r.RetryAfter <= 0 {
 				t.Fatalf("denied at %d with retry-after %v", now, r.RetryAfter)
 			}
 		}
-		for i := range hits {
-			var sum int64
-			for j := i; j < len(hits); j++ {
-				sum += hits[j].cost
-				if bound := l.Burst + (hits[j].at-hits[i].at)/l.T; sum > bound {
-					t.Fatalf("limit %+v: %d units admitted in [%d, %d], bound %d", l, sum, hits[i].at, hits[j].at, bound)
-				}
-			}
-		}
+		checkWindows(t, l, hits)
 	})
 }
 
@@ -138,7 +129,6 @@ func FuzzTwinBoundClockSteps(f *testing.F) {
 		if len(steps) > 400 {
 			steps = steps[:400]
 		}
-		type hit struct{ real, cost int64 }
 		var hits []hit
 		var s State
 		now := int64(1_700_000_000_000_000)
@@ -152,19 +142,29 @@ func FuzzTwinBoundClockSteps(f *testing.F) {
 			ns, r, _ := DecideMicros(s, now, l, cost)
 			if r.Allowed {
 				s = ns
-				hits = append(hits, hit{real, cost})
+				hits = append(hits, hit{at: real, cost: cost})
 			} else if r.RetryAfter <= 0 {
 				t.Fatalf("denied at %d with retry-after %v", now, r.RetryAfter)
 			}
 		}
-		for i := range hits {
-			var sum int64
-			for j := i; j < len(hits); j++ {
-				sum += hits[j].cost
-				if bound := l.Burst + (hits[j].real-hits[i].real)/l.T; sum > bound {
-					t.Fatalf("limit %+v: %d units admitted in real time [%d, %d], bound %d", l, sum, hits[i].real, hits[j].real, bound)
-				}
+		checkWindows(t, l, hits)
+	})
+}
+
+// hit is an admitted decision: when (on the time the bound counts) and its cost.
+type hit struct{ at, cost int64 }
+
+// checkWindows fails t unless every window between two admitted decisions
+// i ≤ j satisfies Σ cost(i..j) ≤ B + ⌊(at_j − at_i)/T⌋.
+func checkWindows(t *testing.T, l Limit, hits []hit) {
+	t.Helper()
+	for i := range hits {
+		var sum int64
+		for j := i; j < len(hits); j++ {
+			sum += hits[j].cost
+			if bound := l.Burst + (hits[j].at-hits[i].at)/l.T; sum > bound {
+				t.Fatalf("limit %+v: %d units admitted in [%d, %d], bound %d", l, sum, hits[i].at, hits[j].at, bound)
 			}
 		}
-	})
+	}
 }

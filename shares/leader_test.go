@@ -347,14 +347,7 @@ func TestLearningRenewsHeldGrants(t *testing.T) {
 		}
 		r.newLeader(2)
 		r.l.SetBudgets(cut)
-		for range 2 {
-			for _, id := range r.ids() {
-				if a := r.report(id, "t", demand[r.region[id]], true); a.Lease != 0 {
-					t.Fatalf("the learning leader renewed %s's grants made while a cut ran: %+v", id, a)
-				}
-			}
-			r.step(time.Second)
-		}
+		noRenewal(t, r, demand, "grants made while a cut ran")
 	})
 
 	t.Run("full mode, then rebalanced", func(t *testing.T) {
@@ -373,14 +366,7 @@ func TestLearningRenewsHeldGrants(t *testing.T) {
 		r.newLeader(2)
 		r.budgets = b
 		r.l.SetBudgets(b)
-		for range 2 {
-			for _, id := range r.ids() {
-				if a := r.report(id, "t", demand[r.region[id]], true); a.Lease != 0 {
-					t.Fatalf("the learning leader renewed %s's full-mode grants under a rebalanced budget: %+v", id, a)
-				}
-			}
-			r.step(time.Second)
-		}
+		noRenewal(t, r, demand, "full-mode grants under a rebalanced budget")
 	})
 
 	t.Run("lease ends before a deposed leader surely stopped", func(t *testing.T) {
@@ -481,6 +467,20 @@ func TestLearningRenewsHeldGrants(t *testing.T) {
 			t.Fatalf("a/1 applied an answer of term 1 after term 2 renewed it: holds %+v, renewed %+v", g, held)
 		}
 	})
+}
+
+// noRenewal has every pod report for two rounds and fails if a learning
+// answer renews what one holds.
+func noRenewal(t *testing.T, r *rig, demand map[string]float64, what string) {
+	t.Helper()
+	for range 2 {
+		for _, id := range r.ids() {
+			if a := r.report(id, "t", demand[r.region[id]], true); a.Lease != 0 {
+				t.Fatalf("the learning leader renewed %s's %s: %+v", id, what, a)
+			}
+		}
+		r.step(time.Second)
+	}
 }
 
 // Impossible and invalid reports are errors and change nothing.
