@@ -22,6 +22,7 @@ type simOptions struct {
 	out      string
 	seed     uint64
 	seeds    int
+	network  string
 }
 
 func simLong() string {
@@ -37,8 +38,9 @@ pinned scenario) on the same traffic, and is compared with one central
 limiter over the merged arrivals.
 
 The same seed gives the same numbers. Reference setup: R = 1000/s, B = 200,
-P = 2s rebalance and report interval, L = 10s lease, report and answer
-delays uniform up to one interval.
+P = 2s rebalance and report interval, L = 10s lease, every message between
+a pod and the coordinator delayed 50-150 ms (--network wan; --network slow
+delays each by up to one interval).
 
 Scenarios:
 `)
@@ -64,7 +66,8 @@ func newSimCmd(s *streams) *cobra.Command {
 		Example: `  allot sim                                  # every scenario, a table
   allot sim --scenario skew-shift --format json
   allot sim --seeds 5 --out docs/sim         # mean and worst of 5 seeds, plots and results.md
-  allot sim --scenario partition --seed 42`,
+  allot sim --scenario partition --seed 42
+  allot sim --network slow                   # every message delayed by up to P`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runSim(cmd, s, o)
@@ -76,6 +79,7 @@ func newSimCmd(s *streams) *cobra.Command {
 	f.StringVar(&o.out, "out", "", "directory to write plots (PNG and SVG) and results.md into")
 	f.Uint64Var(&o.seed, "seed", 1, "first seed")
 	f.IntVar(&o.seeds, "seeds", 1, "number of seeds (seed, seed+1, ...); reports mean and worst")
+	f.StringVar(&o.network, "network", "wan", "message delays: wan (50-150 ms each) or slow (up to one interval each)")
 	return c
 }
 
@@ -95,6 +99,11 @@ func runSim(cmd *cobra.Command, s *streams, o simOptions) error {
 			return usagef("--scenario %q: unknown; valid: all, %s", o.scenario, strings.Join(sim.Names(), ", "))
 		}
 		specs = []*sim.Spec{spec}
+	}
+	for _, spec := range specs {
+		if err := spec.UseNetwork(o.network); err != nil {
+			return usagef("--network %q: want one of %s", o.network, strings.Join(sim.Networks, ", "))
+		}
 	}
 	if o.out != "" {
 		if err := os.MkdirAll(o.out, 0o755); err != nil {

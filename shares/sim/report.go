@@ -74,6 +74,16 @@ type Row struct {
 	// LostReports is the mean count of reports lost.
 	LostReports float64 `json:"lost_reports"`
 
+	// ShiftLossS is the worst event's shift loss (Result.ShiftLossWorst),
+	// in seconds of R, mean over seeds; TimeTo90S the worst event's time
+	// until the region furthest below its fair share reached 90% of it,
+	// in seconds, mean over seeds (null if some event never did).
+	ShiftLossS float64  `json:"shift_loss_s"`
+	TimeTo90S  *float64 `json:"time_to_90_s"`
+	// NoEvents: the scenario has no event, so no shift loss or time to
+	// 90% (both read "—").
+	NoEvents bool `json:"no_events"`
+
 	// Worst holds each measure at its worst seed.
 	Worst Worst `json:"worst"`
 }
@@ -86,6 +96,8 @@ type Worst struct {
 	PeakExcessPct    float64  `json:"peak_excess_pct"`
 	ConvergenceS     *float64 `json:"convergence_s"`
 	RegionErrorPct   float64  `json:"region_error_pct"`
+	ShiftLossS       float64  `json:"shift_loss_s"`
+	TimeTo90S        *float64 `json:"time_to_90_s"`
 	// GrantChangesPerMin; WritesPerMin repeats it under its v1 name.
 	GrantChangesPerMin float64 `json:"grant_changes_per_min"`
 	// Deprecated: use GrantChangesPerMin.
@@ -104,8 +116,9 @@ func Summarise(runs []*Result) Row {
 	}
 	w := &row.Worst
 	w.Utilisation = math.Inf(1)
-	var convSum float64
-	never := false
+	var convSum, t90Sum float64
+	never, t90Never := false, false
+	events := len(f.ShiftLoss) > 0
 	for _, r := range runs {
 		row.Offered += float64(r.Offered) / n
 		row.Admitted += float64(r.Admitted) / n
@@ -131,6 +144,17 @@ func Summarise(runs []*Result) Row {
 		w.RegionErrorPct = math.Max(w.RegionErrorPct, 100*r.RegionError)
 		w.GrantChangesPerMin = math.Max(w.GrantChangesPerMin, r.GrantChangesPerMinute())
 		w.DenyPct = math.Max(w.DenyPct, deny)
+		row.ShiftLossS += r.ShiftLossWorst / n
+		w.ShiftLossS = math.Max(w.ShiftLossS, r.ShiftLossWorst)
+		if r.TimeTo90Worst < 0 {
+			t90Never = true
+		} else {
+			c := r.TimeTo90Worst.Seconds()
+			t90Sum += c
+			if w.TimeTo90S == nil || c > *w.TimeTo90S {
+				w.TimeTo90S = &c
+			}
+		}
 		if r.ConvergenceWorst < 0 {
 			never = true
 		} else {
@@ -140,6 +164,16 @@ func Summarise(runs []*Result) Row {
 				w.ConvergenceS = &c
 			}
 		}
+	}
+	switch {
+	case !events:
+		w.TimeTo90S = nil
+		row.NoEvents = true
+	case t90Never:
+		w.TimeTo90S = nil
+	default:
+		m := t90Sum / n
+		row.TimeTo90S = &m
 	}
 	row.Writes, row.WritesPerMin, w.WritesPerMin = row.GrantChanges, row.GrantChangesPerMin, w.GrantChangesPerMin
 	if never {
@@ -166,6 +200,21 @@ func WriteJSON(w io.Writer, rows []Row) error {
 		rows = []Row{}
 	}
 	return enc.Encode(rows)
+}
+
+// eventCell is c, or "—" for a scenario without events.
+func eventCell(r Row, c string) string {
+	if r.NoEvents {
+		return "—"
+	}
+	return c
+}
+
+func fmtT90(c *float64) string {
+	if c == nil {
+		return "never"
+	}
+	return fmt.Sprintf("%.1fs", *c)
 }
 
 func fmtConv(c *float64) string {
@@ -195,6 +244,8 @@ func cells(r Row) []string {
 		both(fmt.Sprintf("%.2f%%", r.OverAdmissionPct), fmt.Sprintf("%.2f%%", r.Worst.OverAdmissionPct)),
 		both(fmt.Sprintf("%.1f%%", r.PeakExcessPct), fmt.Sprintf("%.1f%%", r.Worst.PeakExcessPct)),
 		both(fmtConv(r.ConvergenceS), fmtConv(r.Worst.ConvergenceS)),
+		eventCell(r, both(fmt.Sprintf("%.2fs", r.ShiftLossS), fmt.Sprintf("%.2fs", r.Worst.ShiftLossS))),
+		eventCell(r, both(fmtT90(r.TimeTo90S), fmtT90(r.Worst.TimeTo90S))),
 		both(fmt.Sprintf("%.1f%%", r.RegionErrorPct), fmt.Sprintf("%.1f%%", r.Worst.RegionErrorPct)),
 		both(fmt.Sprintf("%.1f", r.GrantChangesPerMin), fmt.Sprintf("%.1f", r.Worst.GrantChangesPerMin)),
 		fmt.Sprintf("%.2f%%", r.DenyPct),
@@ -204,7 +255,7 @@ func cells(r Row) []string {
 
 var headers = []string{
 	"SCENARIO", "MODE", "OFFERED", "ADMITTED", "IDEAL", "UTIL", "OVER-ADM", "OVER/R·t",
-	"PEAK/R·W", "CONV", "REGION-ERR", "CHANGES/MIN", "DENIED", "MAX ΣGRANT",
+	"PEAK/R·W", "CONV", "SHIFT-LOSS", "TO-90%", "REGION-ERR", "CHANGES/MIN", "DENIED", "MAX ΣGRANT",
 }
 
 // WriteTable writes rows as aligned columns for people.

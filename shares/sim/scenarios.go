@@ -28,8 +28,8 @@ const (
 var defaultModes = []shares.Mode{shares.ModeRebalanced, shares.ModeStatic, shares.ModeFull}
 
 // base is the reference setup: R = 1000/s, B = 200, three regions of two
-// pods each, P = 2 s, L = 10 s, report and answer delays each uniform in
-// [1 ms, P], two minutes simulated with a ten-second warm-up.
+// pods each, P = 2 s, L = 10 s, WAN delays (each message 50–150 ms), two
+// minutes simulated with a ten-second warm-up.
 func base(name, desc string) *Spec {
 	return &Spec{
 		Name:        name,
@@ -42,11 +42,45 @@ func base(name, desc string) *Spec {
 		Drift:       RefDrift,
 		Duration:    120 * time.Second,
 		Warmup:      10 * time.Second,
-		Network: Network{
-			Report:  Jitter{Min: time.Millisecond, Max: RefInterval},
-			Renewal: Jitter{Min: time.Millisecond, Max: RefInterval},
-		},
+		Network:     WAN(),
 	}
+}
+
+// WAN is the reference network: every message between a pod and the
+// coordinator takes 50 to 150 ms (uniform), as between continents.
+func WAN() Network {
+	return Network{
+		Report:  Jitter{Min: 50 * time.Millisecond, Max: 150 * time.Millisecond},
+		Renewal: Jitter{Min: 50 * time.Millisecond, Max: 150 * time.Millisecond},
+	}
+}
+
+// Slow is a pessimistic network: every message takes from 1 ms to a whole
+// interval p (uniform).
+func Slow(p time.Duration) Network {
+	return Network{
+		Report:  Jitter{Min: time.Millisecond, Max: p},
+		Renewal: Jitter{Min: time.Millisecond, Max: p},
+	}
+}
+
+// Networks names the network models `allot sim --network` offers.
+var Networks = []string{"wan", "slow"}
+
+// UseNetwork sets s's message delays to the model called name ("wan" or
+// "slow"; a scenario's losses stay).
+func (s *Spec) UseNetwork(name string) error {
+	loss := s.Network.LossReports
+	switch name {
+	case "wan":
+		s.Network = WAN()
+	case "slow":
+		s.Network = Slow(s.Interval)
+	default:
+		return bad("Network", "unknown model %q (valid: %s)", name, strings.Join(Networks, ", "))
+	}
+	s.Network.LossReports = loss
+	return nil
 }
 
 func poisson(p Profile) Traffic { return Traffic{Profile: p, Process: Poisson} }

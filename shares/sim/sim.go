@@ -85,6 +85,20 @@ type Result struct {
 	// LostReports counts reports lost (loss, partition, no leader).
 	LostReports int
 
+	// ShiftLoss is, per event, the units one central limiter admitted and
+	// the regions did not in the ShiftWindow after it, in seconds of R
+	// (0.5 means half a second of the whole budget went unused);
+	// ShiftLossWorst the largest.
+	ShiftLoss      []float64
+	ShiftLossWorst float64
+	// TimeTo90 is, per event, how long the region furthest below its fair
+	// share after it took until its admitted rate over 300 ms reached 90%
+	// of that share, at 100 ms resolution (0: no region was more than 5%
+	// of R below; -1: not within ShiftWindow). TimeTo90Worst is the
+	// largest (-1 if any never did).
+	TimeTo90      []time.Duration
+	TimeTo90Worst time.Duration
+
 	Series []Sample
 }
 
@@ -249,6 +263,7 @@ type world struct {
 	answers []sentAnswer
 
 	central    *central
+	fine       fine
 	admissions []int64
 	secIdeal   float64
 	secAdmit   float64
@@ -322,6 +337,7 @@ func newWorld(spec *Spec, mode shares.Mode, seed uint64) (*world, error) {
 		return nil, fmt.Errorf("central limiter: %w", err)
 	}
 	pods := spec.pods()
+	w.fine.region = make([][]float64, len(spec.Regions))
 	for i, name := range spec.Regions {
 		fr, fb := shares.Floor(b, cfg.Regions, name)
 		rs := &regionState{name: name, own: shares.Ceiling{Rate: fr, Burst: fb}}
@@ -554,6 +570,7 @@ func (w *world) arrive(i int, t int64, retry int) {
 	rs.secOffered++
 	w.secOffered++
 	if w.central.admit(t) {
+		bump(&w.fine.ideal, bucketOf(t))
 		w.secIdeal++
 		if inWin {
 			w.res.Ideal++
@@ -575,6 +592,8 @@ func (w *world) arrive(i int, t int64, retry int) {
 		}
 	}
 	if allowed {
+		bump(&w.fine.admit, bucketOf(t))
+		bump(&w.fine.region[i], bucketOf(t))
 		ps.repAdmit++
 		rs.secAdmit++
 		w.secAdmit++
@@ -742,6 +761,7 @@ func (w *world) finish() {
 	if len(r.Events) == 0 {
 		r.Events = []time.Duration{0}
 	}
+	w.eventMeasures()
 	tr := newTracking(r.Series, r.Rate, len(r.Regions))
 	r.Convergence = tr.convergence(r.Events, r.Rate)
 	r.ConvergenceWorst = 0

@@ -52,10 +52,13 @@ func TestDeterministic(t *testing.T) {
 	}
 }
 
-// The acceptance test: skew-shift with report and answer delays of
-// up to one interval, two pods per region.
+// Skew-shift on the pessimistic network: report and answer delays of up to
+// one interval, two pods per region.
 func TestSkewShift(t *testing.T) {
 	s := skewShift()
+	if err := s.UseNetwork("slow"); err != nil {
+		t.Fatal(err)
+	}
 	if s.Network.Report.Max != s.Interval || s.Network.Renewal.Max != s.Interval || s.pods() != 2 {
 		t.Fatalf("skew-shift delays %v/%v, %d pods per region; want up to one interval %v, 2 pods", s.Network.Report, s.Network.Renewal, s.pods(), s.Interval)
 	}
@@ -102,8 +105,8 @@ const refUtilGuard = 0.95
 func TestI5RegularReports(t *testing.T) {
 	for seed := uint64(1); seed <= 5; seed++ {
 		s := skewShift()
-		s.Network.Report.Max = 50 * time.Millisecond
-		s.Network.Renewal.Max = 50 * time.Millisecond
+		s.Network.Report = Jitter{Min: time.Millisecond, Max: 50 * time.Millisecond}
+		s.Network.Renewal = Jitter{Min: time.Millisecond, Max: 50 * time.Millisecond}
 		r := run(t, s, shares.ModeRebalanced, seed)
 		t.Logf("seed %d: util %.2f%%, conv %v, grant changes %.1f/min", seed, 100*r.Utilisation, r.Convergence, r.GrantChangesPerMinute())
 		if r.Utilisation < 0.965 || r.OverAdmission.Units != 0 {
