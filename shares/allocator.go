@@ -3,6 +3,7 @@ package shares
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"time"
 )
@@ -14,6 +15,11 @@ type Usage struct {
 	Offered float64
 	// Admitted is the units admitted.
 	Admitted float64
+	// Step marks, in a pod's report, a tenant whose rate the pod saw move
+	// (see Tracker): the leader takes this report's rate as the pod's at
+	// once, instead of merging it with the rates before, and rebalances
+	// the tenant as the report arrives.
+	Step bool
 }
 
 // Report is one region's report to the leader.
@@ -263,6 +269,7 @@ type Allocator struct {
 	live                 []bool
 	act                  []action
 	fr, want, tr, ut, cr []float64
+	band                 []float64
 	curR                 []float64
 	fb, tb, cb, curB     []int64
 	rem                  []float64
@@ -283,6 +290,8 @@ type Allocator struct {
 	// acknowledgement retired a grant one of them waits for.
 	pending  []int
 	growable bool
+	// stepping: the pass running is rebalanceOne's.
+	stepping bool
 }
 
 // NewAllocator validates and copies cfg.
@@ -305,6 +314,7 @@ func NewAllocator(cfg Config) (*Allocator, error) {
 		tr:     make([]float64, n),
 		ut:     make([]float64, n),
 		cr:     make([]float64, n),
+		band:   make([]float64, n),
 		curR:   make([]float64, n),
 		fb:     make([]int64, n),
 		tb:     make([]int64, n),
@@ -454,6 +464,16 @@ func (a *Allocator) report(now time.Time, i int, interval time.Duration, ids []i
 	return Renewal{Lease: a.cfg.Lease, MinEpoch: reg.minEpoch}
 }
 
+// renew records that a pod of region i was given a lease at now: the
+// region may enforce its grants until now + Lease.
+func (a *Allocator) renew(i int, now time.Time) {
+	reg := &a.regs[i]
+	if exp := now.Add(a.cfg.Lease); exp.After(reg.leaseExpiry) {
+		reg.leaseExpiry = exp
+	}
+	reg.revoked = false
+}
+
 // ack records that a region applied every grant up to epoch applied.
 func (a *Allocator) ack(reg *regionState, applied uint64) {
 	if reg.unblock != 0 && applied >= reg.unblock {
@@ -510,6 +530,36 @@ func (a *Allocator) Grow(now time.Time) []Change {
 		out = a.rebalanceTenant(k, &t.budget, out, true)
 	}
 	return out
+}
+
+// setDemand sets tenant k's demand estimates in region i to x units per
+// second at once (capped as a report's are): its pods saw its rate step.
+func (a *Allocator) setDemand(k, i int, x float64) {
+	sl := &a.slots[k*a.n+i]
+	a.catchUp(sl, a.regs[i].clock)
+	if c := a.cfg.DemandCap; c > 0 {
+		if rt := a.tenants[k].rate; rt > 0 && x > c*rt {
+			x = c * rt
+		}
+	}
+	sl.demand, sl.fast = x, x
+}
+
+// rebalanceOne rebalances tenant k alone under b at now (leader clock), as
+// Rebalance would: a report said its demand stepped. Grows still go only
+// into capacity outside every ceiling, so I4 holds whenever it runs.
+func (a *Allocator) rebalanceOne(now time.Time, k int, b *Budget) []Change {
+	a.now = now
+	a.markLive(now, true)
+	a.pending = slices.DeleteFunc(a.pending, func(x int) bool { return x == k })
+	t := &a.tenants[k]
+	if !t.own {
+		t.budget = *b
+	}
+	a.note(k, &t.budget)
+	a.stepping = true
+	defer func() { a.stepping = false }()
+	return a.rebalanceBudget(k, &t.budget, nil)
 }
 
 // markLive fills a.live at now; with revoke, a region whose lease surely
@@ -860,6 +910,10 @@ func (a *Allocator) rebalanceBudget(k int, b *Budget, out []Change) []Change {
 	return a.rebalanceTenant(k, b, out, false)
 }
 
+// noiseZ is how many standard deviations of its demand's Poisson noise a
+// region's target must move by to be written (see rebalanceTenant).
+const noiseZ = 3
+
 // eps is the relative tolerance under which two rates are equal.
 const eps = 1e-9
 
@@ -1024,9 +1078,9 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change, growOnly boo
 	}
 
 	// Slew: limit each rate's move per rebalance (not for full, nor
-	// pinned). Bursts are split by the targets before slew.
+	// pinned, nor on a step: its pods saw the demand move). Bursts are split by the targets before slew.
 	copy(a.ut, a.tr)
-	if a.cfg.Slew > 0 && (mode == ModeRebalanced || mode == ModeStatic) {
+	if a.cfg.Slew > 0 && !a.stepping && (mode == ModeRebalanced || mode == ModeStatic) {
 		lim := a.cfg.Slew * R
 		over := sumCur > R*(1+eps) // the budget shrank: shrinks are not slewed
 		for i := range n {
@@ -1052,11 +1106,22 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change, growOnly boo
 	if freeR >= db/2 {
 		growAt = tiny
 	}
+	// A region's band: the deadband, or more when its demand is noisy.
+	// A Poisson rate x measured over one Interval P varies by sqrt(x/P):
+	// a target that moved by less than noiseZ times that moved by chance
+	// (measured: a steady overload changed grants about six times a
+	// minute with the deadband alone). At most twice the deadband, so
+	// that a region stays within 4% of R of its target.
+	ps := a.cfg.Interval.Seconds()
+	for i := range n {
+		x := max(s[i].demand, s[i].fast)
+		a.band[i] = max(db, min(noiseZ*math.Sqrt(x/ps), 2*db))
+	}
 	grow, quiet := false, !safety && !fresh
 	for i := range n {
 		d := a.tr[i] - a.curR[i]
-		grow = grow || d > db
-		quiet = quiet && d <= growAt && -d <= db
+		grow = grow || d > a.band[i]
+		quiet = quiet && d <= growAt && -d <= a.band[i]
 	}
 	if quiet {
 		return out
@@ -1069,7 +1134,7 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change, growOnly boo
 		switch {
 		case d > growAt || s[i].epoch == 0:
 			a.act[i] = actGrow
-		case d < -tiny && (-d > db || grow || safety):
+		case d < -tiny && (-d > a.band[i] || grow || safety):
 			a.act[i] = actShrink
 		case a.tb[i] < a.curB[i] && (grow || burstSafety):
 			a.act[i] = actBurst

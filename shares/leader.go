@@ -53,12 +53,22 @@ type LeaderConfig struct {
 	// that no pod reported traffic of for this long is forgotten (see
 	// Rebalance). 0: every tenant is kept.
 	IdleTimeout time.Duration
+	// StepHold (DefaultStepHold is a good value): a tenant rebalanced on a step is not rebalanced on another
+	// step for this long; the steps that arrive meanwhile are rebalanced
+	// together when it ends (see FlushSteps). The pods of a region see a
+	// step within a few milliseconds of each other: one rebalance for them
+	// all makes one shrink to acknowledge, not one per pod. 0: none.
+	StepHold time.Duration
 	// ValidTenant checks a reported tenant name; nil accepts any non-empty
 	// name.
 	ValidTenant func(string) error
 }
 
 // Validate checks c. Errors name the field.
+// DefaultStepHold is the StepHold allot uses: about one message delay
+// between regions.
+const DefaultStepHold = 100 * time.Millisecond
+
 func (c LeaderConfig) Validate() error {
 	if err := c.Config.Validate(); err != nil {
 		return err
@@ -76,6 +86,8 @@ func (c LeaderConfig) Validate() error {
 		return configErr("Deposed", "%v: must not be negative", c.Deposed)
 	case c.IdleTimeout < 0:
 		return configErr("IdleTimeout", "%v: must not be negative (0 keeps every tenant)", c.IdleTimeout)
+	case c.StepHold < 0 || c.StepHold > c.Interval:
+		return configErr("StepHold", "%v: must be in [0, Interval]", c.StepHold)
 	}
 	return nil
 }
@@ -92,6 +104,14 @@ type PodReport struct {
 	// Interval is the span Usage covers (> 0).
 	Interval time.Duration
 	Usage    map[string]Usage
+	// Seq numbers the pod's reports, from 1 up (0: not numbered). The
+	// usage of a report older than one already taken from the pod (the
+	// network reordered them) is ignored: it would undo a newer step.
+	Seq uint64
+	// Partial: an early report (see Tracker), of only the tenants in
+	// Usage: their rates replace the pod's, the others' stay as the pod
+	// last reported them.
+	Partial bool
 	// LivePods is the region's pod count as the pod's gossip sees it (0:
 	// no gossip).
 	LivePods int
@@ -146,11 +166,20 @@ type LeaderStats struct {
 	EntriesSent                            int64
 	DroppedTenants                         int64 // usage of tenants beyond MaxTenants
 	Forgotten                              int64 // tenants forgotten (idle, or without a budget)
+	// StepRebalances counts tenants rebalanced as a report marking them
+	// as steps arrived; StepChanges the grant changes those made.
+	StepRebalances, StepChanges int64
+	// Reordered counts reports whose usage was ignored: the pod's newer
+	// report had arrived first.
+	Reordered int64
+	// Pushes counts the answers Push made.
+	Pushes int64
 }
 
 // podRec is the leader's record of one pod.
 type podRec struct {
 	acked    uint64    // every grant up to this epoch applied (this term)
+	reported uint64    // the newest epoch of this term the pod reported applying (0: none)
 	expires  time.Time // leader clock: the pod's lease surely ended by then
 	lastSeen time.Time
 	live     int
@@ -184,6 +213,8 @@ type leaderRegion struct {
 	// dumpers are the pods that reported an older term's grants and have
 	// not reported this term's since, with when their record expires.
 	dumpers map[string]time.Time
+	// dirty: a grant of the region changed since the last Nudges.
+	dirty bool
 }
 
 // Leader is one term of the coordinator's leadership, pure: it takes pods'
@@ -205,7 +236,12 @@ type Leader struct {
 	seen     []bool
 	touched  []int32
 	use      []Usage
-	deflt    *Budget // the default tier (nil: unknown tenants denied)
+	steps    []int32 // the tenants the report being taken marks as steps
+	// lastStep: when a step last rebalanced each tenant (within
+	// StepHold); stepDue: when each deferred step is due.
+	lastStep, stepDue map[string]time.Time
+	stepOut           []Change // the changes the last Report made (StepChanges)
+	deflt             *Budget  // the default tier (nil: unknown tenants denied)
 	// rebalanced: the first rebalance after learning ran; until then
 	// reports are answered as in learning.
 	rebalanced bool
@@ -223,7 +259,8 @@ func NewLeader(now time.Time, cfg LeaderConfig) (*Leader, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Leader{cfg: cfg, alloc: a, start: now, regIdx: map[string]int{}}
+	l := &Leader{cfg: cfg, alloc: a, start: now, regIdx: map[string]int{},
+		lastStep: map[string]time.Time{}, stepDue: map[string]time.Time{}}
 	for i, r := range cfg.Regions {
 		l.regIdx[r] = i
 		l.regs = append(l.regs, leaderRegion{name: r, pods: map[string]*podRec{}, current: map[string]Grant{},
@@ -332,6 +369,7 @@ func (l *Leader) Report(now time.Time, r PodReport) (Answer, error) {
 		return Answer{}, fmt.Errorf("%w: %q already has %d", ErrTooManyPods, r.Region, l.cfg.MaxPodsPerRegion)
 	}
 	l.stats.Reports++
+	l.stepOut = l.stepOut[:0]
 	l.accumulate(reg, r, now)
 	learning := l.Learning(now) || !l.rebalanced || (r.Term != 0 && r.Term != l.cfg.Term && r.Held == nil)
 	renew := learning && l.renewable(r)
@@ -376,6 +414,7 @@ func (l *Leader) Report(now time.Time, r PodReport) (Answer, error) {
 				reg.pods[r.Pod] = rec
 			}
 			rec.acked, rec.expires, rec.lastSeen, rec.live = 0, now.Add(l.cfg.Lease), now, r.LivePods
+			l.alloc.renew(i, now)
 			ans.Lease, ans.HeldTerm, ans.Epoch, ans.Cold = l.cfg.Lease, r.Term, r.Applied, reg.cold
 			// A deposed leader may act until it notices, up to Deposed
 			// after this term started: it may give a pod's room to
@@ -394,6 +433,22 @@ func (l *Leader) Report(now time.Time, r PodReport) (Answer, error) {
 	}
 	reg.pods[r.Pod] = p // (leasedPods may have dropped an expired record)
 	p.expires, p.lastSeen, p.live = now.Add(l.cfg.Lease), now, r.LivePods
+	// The region holds a lease until this one surely ended: a rebalance
+	// must not revoke its grants before (a report that carries no usage,
+	// such as an answer to a nudge, renews it too).
+	l.alloc.renew(i, now)
+	if !hadLease && !r.Partial && len(l.steps) == 0 {
+		// A pod without a lease (new, restarted, or cut off and back):
+		// its rates are news to the allocator, which may have given its
+		// region's room away. Rebalance its tenants now, as steps.
+		l.steps = l.steps[:0]
+		for t := range r.Usage {
+			if k, ok := l.alloc.tIdx[t]; ok {
+				l.steps = append(l.steps, int32(k))
+			}
+		}
+		slices.Sort(l.steps)
+	}
 	// The fail-open share: 1/D of the region for every pod, with D at
 	// least the pods that may hold a lease. Raising D (smaller shares) is
 	// a change of the region's epoch; a share is handed out only once
@@ -407,7 +462,11 @@ func (l *Leader) Report(now time.Time, r PodReport) (Answer, error) {
 	} else if n < reg.shareD {
 		reg.shareD = n // larger shares: the pods that left hold none
 	}
-	epoch := l.alloc.regs[i].epoch
+	if r.Term == l.cfg.Term {
+		p.reported = max(p.reported, r.Applied)
+	} else {
+		p.reported = 0
+	}
 	if hadLease {
 		// It may still enforce what it held when it sent this report.
 		if r.Term == l.cfg.Term {
@@ -416,8 +475,17 @@ func (l *Leader) Report(now time.Time, r PodReport) (Answer, error) {
 	} else {
 		// It holds no lease: until it applies this answer (which brings it
 		// to epoch) it enforces floors and has no fail-open share.
-		p.acked = epoch
+		p.acked = l.alloc.regs[i].epoch
 	}
+	if len(l.steps) > 0 {
+		// Rebalance the tenants whose rates stepped now, with what this
+		// report acknowledged, so that the answer carries their changes.
+		if ack, ok := l.regionAck(reg, now); ok {
+			_, _ = l.alloc.Ack(r.Region, ack)
+		}
+		l.stepNow(i, now)
+	}
+	epoch := l.alloc.regs[i].epoch
 
 	ans := Answer{Term: l.cfg.Term, Lease: l.cfg.Lease, Epoch: epoch, Cold: reg.cold, Pods: n}
 	if synced {
@@ -434,6 +502,35 @@ func (l *Leader) Report(now time.Time, r PodReport) (Answer, error) {
 	}
 	_, _ = l.alloc.Ack(r.Region, ack)
 	return ans, nil
+}
+
+// Push returns, at now, what the leader would answer pod of region if it
+// reported again now the epoch it last reported, but renewing no lease: the
+// region's grants that changed since, the epoch, the cold floor and the
+// fail-open share (see docs/protocol.md, "Pushes"). A pod applies it as the
+// answer to a report it sent long ago: entries only above the epoch it
+// holds, its lease unchanged. ok is false when there is nothing to push, or
+// the pod is not one the leader can push to (no lease, another term, behind
+// a forgotten tenant's tombstone, or the leader is learning): it gets what
+// changed in the answer to its next report.
+func (l *Leader) Push(now time.Time, region, pod string) (ans Answer, ok bool) {
+	i, found := l.regIdx[region]
+	if !found || l.Learning(now) || !l.rebalanced {
+		return Answer{}, false
+	}
+	reg := &l.regs[i]
+	p := reg.pods[pod]
+	epoch := l.alloc.regs[i].epoch
+	if p == nil || !now.Before(p.expires) || p.reported == 0 || p.reported < l.alloc.regs[i].forgotten || epoch <= p.reported {
+		return Answer{}, false
+	}
+	ans = Answer{Term: l.cfg.Term, Epoch: epoch, Cold: reg.cold, Pods: l.leasedPods(reg, now), Entries: l.delta(reg, p.reported)}
+	if ack, ok := l.regionAck(reg, now); ok && ack >= reg.shareEpoch {
+		ans.SharePods = reg.shareD
+	}
+	l.stats.Pushes++
+	l.stats.EntriesSent += int64(len(ans.Entries))
+	return ans, true
 }
 
 // renewable reports whether a learning answer to r may renew the lease of
@@ -493,6 +590,7 @@ func (l *Leader) lowered(r PodReport) []Entry {
 // arrive, so that folding a region's reports at a rebalance hashes no
 // names), over the span of the reports it covers.
 type podUsage struct {
+	seq   uint64 // the newest report's PodReport.Seq
 	at    time.Time
 	span  time.Duration // the time the rates cover (see accumulate)
 	frees uint64        // Allocator.frees when recorded: an id born later is another tenant
@@ -510,6 +608,18 @@ type podUsage struct {
 // of the reports), unless MaxTenants are known already.
 func (l *Leader) accumulate(reg *leaderRegion, r PodReport, now time.Time) {
 	pu := reg.latest[r.Pod]
+	l.steps = l.steps[:0]
+	if r.Seq != 0 {
+		if r.Seq <= pu.seq {
+			l.stats.Reordered++
+			return
+		}
+		pu.seq = r.Seq
+	}
+	if r.Partial {
+		l.accumulateSteps(reg, r, now, pu)
+		return
+	}
 	// keep is how much of the previous rates' span to merge with r: those
 	// rates, as units over keep, go to l.sum first.
 	var keep time.Duration
@@ -573,6 +683,193 @@ func (l *Leader) accumulate(reg *leaderRegion, r PodReport, now time.Time) {
 	}
 	pu.at, pu.frees = now, l.alloc.frees
 	reg.latest[r.Pod] = pu
+	l.accumulateSteps(reg, r, now, pu)
+}
+
+// accumulateSteps sets, in the pod's latest rates, the rate of every tenant
+// r marks as a step (of every tenant r carries, when r is partial) to r's
+// rate: a step is taken at once, not merged. l.steps lists the stepped
+// tenants known to the allocator.
+func (l *Leader) accumulateSteps(reg *leaderRegion, r PodReport, now time.Time, pu podUsage) {
+	secs := r.Interval.Seconds()
+	if r.Partial && pu.frees != l.alloc.frees && len(pu.ids) > 0 {
+		// Some tenant was forgotten since these rates were recorded:
+		// drop its entry, so that an index reused by another tenant
+		// does not inherit them.
+		kept := 0
+		for j, k := range pu.ids {
+			if t := l.alloc.tenants[k]; t.name != "" && t.born <= pu.frees {
+				pu.ids[kept], pu.use[kept] = k, pu.use[j]
+				kept++
+			}
+		}
+		pu.ids, pu.use = pu.ids[:kept], pu.use[:kept]
+	}
+	names := l.newNames[:0]
+	for t, u := range r.Usage {
+		if r.Partial || u.Step {
+			names = append(names, t)
+		}
+	}
+	if len(names) == 0 {
+		if r.Seq != 0 && len(pu.ids) > 0 {
+			reg.latest[r.Pod] = pu // (its seq)
+		}
+		return
+	}
+	sort.Strings(names) // new tenants join in name order
+	for _, t := range names {
+		u := r.Usage[t]
+		var k int
+		var ok bool
+		if r.Partial {
+			k, ok = l.join(t)
+		} else {
+			k, ok = l.alloc.tIdx[t] // (accumulate joined what may join)
+		}
+		if !ok {
+			continue
+		}
+		rate := Usage{Offered: u.Offered / secs, Admitted: u.Admitted / secs}
+		j := slices.Index(pu.ids, int32(k))
+		if j < 0 {
+			pu.ids, pu.use = append(pu.ids, int32(k)), append(pu.use, rate)
+		} else {
+			pu.use[j] = rate
+		}
+		if u.Step {
+			l.steps = append(l.steps, int32(k))
+		}
+	}
+	l.newNames = names[:0]
+	if pu.at.IsZero() {
+		pu.at, pu.span = now, r.Interval
+	}
+	pu.frees = l.alloc.frees
+	reg.latest[r.Pod] = pu
+}
+
+// join returns tenant t's index, adding it to the allocator if it is new
+// and may be shared (it has a budget of its own or the default tier applies,
+// and MaxTenants allows).
+func (l *Leader) join(t string) (int, bool) {
+	if k, ok := l.alloc.tIdx[t]; ok {
+		return k, true
+	}
+	if _, own := l.budgets[t]; !own && l.deflt == nil {
+		return 0, false
+	}
+	if l.cfg.MaxTenants > 0 && l.alloc.Tenants() >= l.cfg.MaxTenants {
+		l.stats.DroppedTenants++
+		return 0, false
+	}
+	return l.alloc.tenant(t), true
+}
+
+// stepNow rebalances, as their report arrives, the tenants l.steps lists
+// (the report's region is i): each one's demand in region i becomes the sum
+// of its pods' latest rates at once, and the tenant is rebalanced alone,
+// unless a step rebalanced it less than StepHold ago (it is then due when
+// the hold ends, see FlushSteps). The changes go into the answer to this
+// report, and to the region's other pods with their next.
+func (l *Leader) stepNow(i int, now time.Time) {
+	reg := &l.regs[i]
+	for _, k := range l.steps {
+		var x Usage
+		for _, pu := range reg.latest {
+			if now.Sub(pu.at) > 3*l.cfg.Interval {
+				continue
+			}
+			if j := slices.Index(pu.ids, k); j >= 0 {
+				x.Offered += pu.use[j].Offered
+				x.Admitted += pu.use[j].Admitted
+			}
+		}
+		name := l.alloc.tenants[k].name
+		if l.stepBudget(name) == nil {
+			continue
+		}
+		l.used(int(k), now)
+		l.alloc.setDemand(int(k), i, max(x.Offered, x.Admitted))
+		if last, ok := l.lastStep[name]; ok && now.Sub(last) < l.cfg.StepHold {
+			if _, due := l.stepDue[name]; !due {
+				l.stepDue[name] = last.Add(l.cfg.StepHold)
+			}
+			continue
+		}
+		l.stepOut = append(l.stepOut, l.stepTenant(int(k), now)...)
+	}
+}
+
+// stepBudget returns the budget tenant is rebalanced under (its own, or the
+// default tier), or nil.
+func (l *Leader) stepBudget(tenant string) *Budget {
+	if own, ok := l.budgets[tenant]; ok {
+		return &own
+	}
+	if l.deflt != nil {
+		d := *l.deflt
+		return &d
+	}
+	return nil
+}
+
+// stepTenant rebalances tenant k on a step at now and records the changes.
+func (l *Leader) stepTenant(k int, now time.Time) []Change {
+	name := l.alloc.tenants[k].name
+	b := l.stepBudget(name)
+	if b == nil {
+		return nil
+	}
+	changes := l.alloc.rebalanceOne(now, k, b)
+	l.record(changes)
+	if l.cfg.StepHold > 0 {
+		l.lastStep[name] = now
+	}
+	delete(l.stepDue, name)
+	l.stats.StepRebalances++
+	l.stats.StepChanges += int64(len(changes))
+	return changes
+}
+
+// StepsDue returns when the earliest step a hold deferred is due (zero:
+// none). The coordinator calls FlushSteps then.
+func (l *Leader) StepsDue() time.Time {
+	var at time.Time
+	for _, t := range l.stepDue {
+		if at.IsZero() || t.Before(at) {
+			at = t
+		}
+	}
+	return at
+}
+
+// FlushSteps rebalances, at now, the tenants whose steps a hold deferred and
+// is over, and returns the changes (deliver them as Rebalance's).
+func (l *Leader) FlushSteps(now time.Time) []Change {
+	if l.Learning(now) || !l.rebalanced {
+		return nil
+	}
+	var names []string
+	for t, at := range l.stepDue {
+		if !at.After(now) {
+			names = append(names, t)
+		}
+	}
+	sort.Strings(names) // deterministic epochs
+	var out []Change
+	for _, t := range names {
+		delete(l.stepDue, t)
+		if k, ok := l.alloc.tIdx[t]; ok {
+			out = append(out, l.stepTenant(k, now)...)
+		}
+	}
+	for t, at := range l.lastStep {
+		if now.Sub(at) >= l.cfg.StepHold {
+			delete(l.lastStep, t)
+		}
+	}
+	return out
 }
 
 // add adds units of tenant k to l.sum, noting k in l.touched.
@@ -715,6 +1012,7 @@ func (l *Leader) record(changes []Change) {
 		}
 		reg.log = append(reg.log, logRec{tenant: c.Tenant, grant: g})
 		reg.current[c.Tenant] = g
+		reg.dirty = true
 	}
 	for i := range l.regs {
 		reg := &l.regs[i]
@@ -884,6 +1182,7 @@ func (l *Leader) Rebalance(now time.Time) []Change {
 	}
 	changes := l.alloc.rebalance(now, l.deflt, idle, true)
 	l.record(changes)
+	clear(l.stepDue) // (rebalanced with the rest)
 	for j, t := range l.alloc.freed {
 		k := l.alloc.freedIdx[j]
 		for i := range l.regs {
@@ -935,6 +1234,25 @@ func (l *Leader) Pods(region string, now time.Time) []PodView {
 		}
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Pod < out[b].Pod })
+	return out
+}
+
+// ReportChanges returns the grant changes the last Report made (rebalancing
+// the tenants it marked as steps), valid until the next Report.
+func (l *Leader) ReportChanges() []Change { return l.stepOut }
+
+// Nudges returns the regions whose grants changed since the last call, in
+// region order. Their pods hold the changes only once they report again:
+// a coordinator nudges them to report now (see docs/protocol.md, "Nudges")
+// rather than at their next interval.
+func (l *Leader) Nudges() []string {
+	var out []string
+	for i := range l.regs {
+		if l.regs[i].dirty {
+			l.regs[i].dirty = false
+			out = append(out, l.regs[i].name)
+		}
+	}
 	return out
 }
 

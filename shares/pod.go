@@ -169,6 +169,17 @@ func (p *Pod) Answered(now, sentAt time.Time, a Answer, own func(tenant string) 
 	}
 }
 
+// Pushed applies, at now, an answer the leader pushed without a report
+// (Leader.Push): as the answer to a report sent long ago, so it renews no
+// lease and sets the cold floor only with a newer epoch.
+func (p *Pod) Pushed(now time.Time, a Answer, own func(tenant string) Ceiling) {
+	if a.Learning || a.Full || a.Term == 0 {
+		return
+	}
+	a.Lease = 0
+	p.Answered(now, time.Time{}, a, own)
+}
+
 // LowerFloors lowers every grant's floor to the tenant's floor by the pod's
 // own reading (own returns it), so that a later reading that rises again
 // cannot raise what a pod whose lease lapsed enforces. Call it whenever the

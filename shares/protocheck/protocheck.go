@@ -92,6 +92,10 @@ type Result struct {
 	Forgotten int
 	// Renewals counts learning answers that renewed what a pod held.
 	Renewals int
+	// Pushes counts the answers leaders pushed without a report; Steps the
+	// grant changes rebalancing on a step made (as a report arrived, or
+	// when a hold ended).
+	Pushes, Steps int
 	// Admitted counts the units admitted per tenant (demand met within
 	// what pods enforced), and Ideal what one limiter would have admitted.
 	PeakRatio float64 // largest Σ/bound seen (≤ 1 when safe)
@@ -168,6 +172,8 @@ type pod struct {
 	lastSent  time.Duration
 	promptAt  time.Duration
 	promptSet bool
+	seq       uint64
+	resendDue bool
 }
 
 type world struct {
@@ -188,6 +194,7 @@ type world struct {
 	redis  map[string]bool // down
 	demand map[string]float64
 	idle   time.Duration // the leaders' IdleTimeout
+	hold   time.Duration // the leaders' StepHold
 	res    *Result
 	trace  []string
 	stop   bool
@@ -261,6 +268,7 @@ func (w *world) setup() {
 	// Idle tenants without a budget of their own are forgotten after this
 	// long (c, or b once its record is deleted, when their demand stops).
 	w.idle = []time.Duration{0, 3 * time.Second, 6 * time.Second}[w.rng.IntN(3)]
+	w.hold = []time.Duration{0, shares.DefaultStepHold, 400 * time.Millisecond}[w.rng.IntN(3)]
 	for i := range 2 {
 		w.coords = append(w.coords, &coord{id: i, alive: true, stopAt: -1})
 	}
@@ -301,6 +309,12 @@ func (w *world) newDemand() {
 	}
 	w.logf("demand %v", w.demandString())
 	w.at(w.dur(3*time.Second, 15*time.Second), w.newDemand)
+	// Pods see the step and report it early (most of them, soon).
+	for _, p := range w.pods {
+		if p.alive && w.rng.IntN(4) != 0 {
+			w.at(w.dur(10*time.Millisecond, 400*time.Millisecond), func() { w.report(p, step) })
+		}
+	}
 }
 
 func (w *world) demandString() string {
@@ -322,7 +336,7 @@ func (w *world) startPod(region string, delay time.Duration) *pod {
 		st: shares.NewPod(region, w.opt.Drift), view: len(w.snaps) - 1, leader: w.elect}
 	w.pods = append(w.pods, p)
 	w.logf("pod %s starts", p.id)
-	w.at(delay, func() { w.report(p, false) })
+	w.at(delay, func() { w.report(p, periodic) })
 	return p
 }
 
@@ -419,6 +433,7 @@ func (w *world) startTerm(c *coord) {
 		// A deposed leader notices within 200 ms here (see depose).
 		Deposed:     200 * time.Millisecond,
 		IdleTimeout: w.idle,
+		StepHold:    w.hold,
 		ValidTenant: func(t string) error {
 			if strings.ContainsAny(t, "/{}") || strings.Contains(t, "..") {
 				return errors.New("invalid tenant name")
@@ -492,6 +507,7 @@ func (w *world) tick() {
 		if len(ch) > 0 {
 			w.logf("coordinator %d rebalance: %s", c.id, changes(ch))
 		}
+		w.nudge(c)
 	}
 }
 
@@ -521,25 +537,43 @@ func (w *world) own(p *pod, t string) shares.Ceiling {
 	return shares.Ceiling{Rate: fr, Burst: fb}
 }
 
-func (w *world) report(p *pod, prompt bool) {
+// Kinds of report.
+const (
+	periodic = iota // every ReportEvery
+	prompt          // soon after applying a shrink
+	step            // early, partial: tenants whose demand stepped
+	nudged          // early, partial, no usage: the leader nudged the pod
+	resend          // a periodic one again, soon after one failed
+)
+
+func (w *world) report(p *pod, kind int) {
 	if !p.alive {
 		return
 	}
-	if !prompt {
-		w.at(w.opt.ReportEvery+w.dur(0, w.opt.ReportEvery/10), func() { w.report(p, false) })
+	if kind == periodic {
+		w.at(w.opt.ReportEvery+w.dur(0, w.opt.ReportEvery/10), func() { w.report(p, periodic) })
 	}
 	interval := w.now - p.lastSent
-	if interval <= 0 {
-		interval = time.Millisecond
+	partial := kind == step || kind == nudged
+	if partial {
+		interval = 150 * time.Millisecond
+	} else {
+		if interval <= 0 {
+			interval = time.Millisecond
+		}
+		p.lastSent = w.now
 	}
-	p.lastSent = w.now
 	term, applied := p.st.State()
-	r := shares.PodReport{Region: p.region, Pod: p.id, Term: term, Applied: applied, Interval: interval,
-		Usage: map[string]shares.Usage{}, LivePods: w.podsIn(p.region), Held: p.st.Held()}
+	p.seq++
+	r := shares.PodReport{Region: p.region, Pod: p.id, Seq: p.seq, Term: term, Applied: applied, Interval: interval,
+		Usage: map[string]shares.Usage{}, LivePods: w.podsIn(p.region), Held: p.st.Held(), Partial: partial}
 	now := w.clock()
 	for _, t := range tenantNames {
+		if kind == nudged || (kind == step && w.rng.IntN(3) == 0) {
+			continue
+		}
 		x := w.demand[t+"/"+p.region] / float64(max(1, w.podsIn(p.region)))
-		if x == 0 {
+		if x == 0 && kind != step {
 			continue
 		}
 		rate, _, _ := p.st.Effective(now, t, w.own(p, t))
@@ -551,7 +585,12 @@ func (w *world) report(p *pod, prompt bool) {
 			}
 		}
 		sec := interval.Seconds()
-		r.Usage[t] = shares.Usage{Offered: x * sec, Admitted: min(x, rate) * sec}
+		// A step reads the rate a short window saw: noisy.
+		noise := 1.0
+		if kind == step {
+			noise = 0.5 + w.rng.Float64()
+		}
+		r.Usage[t] = shares.Usage{Offered: x * sec * noise, Admitted: min(x, rate) * sec * noise, Step: kind == step || w.rng.IntN(20) == 0}
 	}
 	sentAt := now
 	target := p.leader
@@ -559,6 +598,14 @@ func (w *world) report(p *pod, prompt bool) {
 		target = 0
 	}
 	if p.coordCut {
+		// The report fails: the pod tries again soon (once at a time).
+		if !p.resendDue && kind != nudged {
+			p.resendDue = true
+			w.at(w.dur(250*time.Millisecond, 500*time.Millisecond), func() {
+				p.resendDue = false
+				w.report(p, resend)
+			})
+		}
 		return
 	}
 	w.send(func() { w.deliverReport(target, p, r, sentAt, true) })
@@ -569,6 +616,55 @@ func (w *world) report(p *pod, prompt bool) {
 		w.at(w.dur(time.Second, 10*time.Second), func() {
 			w.logf("replay of %s's report (answer to pod: %v)", p.id, toPod)
 			w.deliverReport(target, p, r, sentAt, toPod)
+		})
+	}
+}
+
+// nudge pushes to the pods of the regions whose grants c's leader changed
+// what changed (shares.Leader.Push; a message: delayed, lost or
+// duplicated), or has them report soon, and schedules the leader's flush
+// of the steps a hold deferred.
+func (w *world) nudge(c *coord) {
+	if c.lead == nil {
+		return
+	}
+	for _, region := range c.lead.Nudges() {
+		for _, p := range w.pods {
+			if !p.alive || p.region != region || p.coordCut {
+				continue
+			}
+			if w.rng.IntN(4) == 0 {
+				w.send(func() {
+					if p.alive && !p.coordCut {
+						w.report(p, nudged)
+					}
+				})
+				continue
+			}
+			ans, ok := c.lead.Push(w.clock(), region, p.id)
+			if !ok {
+				continue
+			}
+			w.res.Pushes++
+			w.logf("coordinator %d pushes to %s: epoch %d entries %d share 1/%d", c.id, p.id, ans.Epoch, len(ans.Entries), ans.SharePods)
+			w.send(func() {
+				if p.alive && !p.coordCut {
+					w.applyAnswer(p, ans, time.Time{}, true)
+				}
+			})
+		}
+	}
+	if due := c.lead.StepsDue(); !due.IsZero() {
+		lead := c.lead
+		w.at(max(due.Sub(w.clock()), 0), func() {
+			if c.lead != lead || !c.alive {
+				return
+			}
+			if ch := lead.FlushSteps(w.clock()); len(ch) > 0 {
+				w.res.Steps += len(ch)
+				w.logf("coordinator %d flushes steps: %s", c.id, changes(ch))
+			}
+			w.nudge(c)
 		})
 	}
 }
@@ -625,6 +721,10 @@ func (w *world) deliverReport(target int, p *pod, r shares.PodReport, sentAt tim
 		}
 		return
 	}
+	if ch := c.lead.ReportChanges(); len(ch) > 0 {
+		w.res.Steps += len(ch)
+		w.logf("coordinator %d steps on %s's report: %s", c.id, p.id, changes(ch))
+	}
 	w.logf("coordinator %d answers %s (t%d/e%d): term %d learning=%v full=%v epoch %d entries %d share 1/%d",
 		c.id, p.id, r.Term, r.Applied, ans.Term, ans.Learning, ans.Full, ans.Epoch, len(ans.Entries), ans.SharePods)
 	if c.lead.Growable() {
@@ -632,6 +732,7 @@ func (w *world) deliverReport(target int, p *pod, r shares.PodReport, sentAt tim
 			w.logf("coordinator %d grow: %s", c.id, changes(ch))
 		}
 	}
+	w.nudge(c)
 	if !answerToPod {
 		return
 	}
@@ -639,22 +740,32 @@ func (w *world) deliverReport(target int, p *pod, r shares.PodReport, sentAt tim
 		if !p.alive || p.coordCut {
 			return
 		}
-		w.res.Answers++
-		if ans.Learning && ans.Lease > 0 {
-			w.res.Renewals++
-		}
-		shrunk := false
-		for _, e := range ans.Entries {
-			if g, ok := p.st.Grant(e.Tenant); ok && (e.Grant.Rate < g.Rate || e.Grant.Burst < g.Burst) {
-				shrunk = true
-			}
-		}
-		p.st.Answered(w.clock(), sentAt, ans, func(t string) shares.Ceiling { return w.own(p, t) })
-		if shrunk && (!p.promptSet || w.now-p.promptAt >= w.opt.ReportEvery) {
-			p.promptSet, p.promptAt = true, w.now
-			w.at(20*time.Millisecond, func() { w.report(p, true) })
-		}
+		w.applyAnswer(p, ans, sentAt, false)
 	})
+}
+
+// applyAnswer applies an answer (or, with push, a push) at pod p.
+func (w *world) applyAnswer(p *pod, ans shares.Answer, sentAt time.Time, push bool) {
+	w.res.Answers++
+	if ans.Learning && ans.Lease > 0 {
+		w.res.Renewals++
+	}
+	shrunk := false
+	for _, e := range ans.Entries {
+		if g, ok := p.st.Grant(e.Tenant); ok && (e.Grant.Rate < g.Rate || e.Grant.Burst < g.Burst) {
+			shrunk = true
+		}
+	}
+	own := func(t string) shares.Ceiling { return w.own(p, t) }
+	if push {
+		p.st.Pushed(w.clock(), ans, own)
+	} else {
+		p.st.Answered(w.clock(), sentAt, ans, own)
+	}
+	if shrunk && (!p.promptSet || w.now-p.promptAt >= 20*time.Millisecond) {
+		p.promptSet, p.promptAt = true, w.now
+		w.at(20*time.Millisecond, func() { w.report(p, prompt) })
+	}
 }
 
 // forge sends reports the leader must refuse.

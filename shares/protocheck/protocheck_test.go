@@ -35,6 +35,8 @@ func runSeeds(n int, opt protocheck.Options) (fails []protocheck.Result, total p
 				total.Faults += r.Faults
 				total.Forgotten += r.Forgotten
 				total.Renewals += r.Renewals
+				total.Pushes += r.Pushes
+				total.Steps += r.Steps
 				total.PeakRatio = max(total.PeakRatio, r.PeakRatio)
 				if r.Violation != nil {
 					fails = append(fails, r)
@@ -64,8 +66,8 @@ func TestProtocol(t *testing.T) {
 		n = 200
 	}
 	fails, total := runSeeds(n, protocheck.Options{})
-	t.Logf("%d seeds from %d: %d events, %d reports (%d rejected), %d terms, %d faults, %d tenants forgotten, %d learning renewals; peak Σ/R %.4f; %d violations",
-		n, *from, total.Events, total.Reports, total.Rejected, total.Terms, total.Faults, total.Forgotten, total.Renewals, total.PeakRatio, len(fails))
+	t.Logf("%d seeds from %d: %d events, %d reports (%d rejected), %d terms, %d faults, %d tenants forgotten, %d learning renewals, %d pushes, %d step changes; peak Σ/R %.4f; %d violations",
+		n, *from, total.Events, total.Reports, total.Rejected, total.Terms, total.Faults, total.Forgotten, total.Renewals, total.Pushes, total.Steps, total.PeakRatio, len(fails))
 	if len(fails) > 0 {
 		f := fails[0]
 		r := protocheck.Run(f.Seed, protocheck.Options{})

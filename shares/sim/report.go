@@ -53,7 +53,8 @@ type Row struct {
 	RegionErrorPct float64 `json:"region_error_pct"`
 
 	// GrantChanges is the grant changes the leaders made per run;
-	// GrantChangesPerMin per simulated minute. They travel to pods in
+	// GrantChangesPerMin those after the warm-up per simulated minute
+	// after it. They travel to pods in
 	// report answers (nothing is written to etcd).
 	GrantChanges       float64 `json:"grant_changes"`
 	GrantChangesPerMin float64 `json:"grant_changes_per_min"`
@@ -286,8 +287,8 @@ the world's and every region's admitted rate (3-s centred mean) stay within
 5% of R of the ideal split d_i·min(1, R/D) for 5 s (from the start when the
 scenario has no event; "never" if not within the period); REGION-ERR = mean
 |admitted_i − ideal_i| over regions and steady seconds, in % of R;
-CHANGES/MIN = grant changes the leader made per simulated minute (they reach
-pods in the answers to their reports; nothing is written to etcd); DENIED =
+CHANGES/MIN = grant changes the leader made per simulated minute after the
+warm-up (they reach pods in answers and pushes; nothing is written to etcd); DENIED =
 denied / offered; MAX ΣGRANT = the largest sum over regions of the largest
 rate any pod of the region enforced, at one instant (I4 wants ≤ 1.00R).`
 

@@ -22,6 +22,11 @@ func fakeResult(seed uint64, admitted, ideal int64, excess float64, conv time.Du
 		ConvergenceWorst: conv,
 		RegionError:      0.01,
 		GrantChanges:     30,
+		SteadyChanges:    27, // after the warm-up: 18 a minute
+		ShiftLoss:        []float64{0.4},
+		ShiftLossWorst:   0.4,
+		TimeTo90:         []time.Duration{900 * time.Millisecond},
+		TimeTo90Worst:    900 * time.Millisecond,
 		PeakRateSum:      1000,
 		PeakBurstSum:     200,
 	}
@@ -31,6 +36,9 @@ func TestSummarise(t *testing.T) {
 	one := Summarise([]*Result{fakeResult(1, 900, 1000, 0, 4*time.Second)})
 	if one.Utilisation != 0.9 || one.Worst.Utilisation != 0.9 || *one.ConvergenceS != 4 || one.GrantChangesPerMin != 18 || one.WritesPerMin != 18 || one.DenyPct != 55 {
 		t.Errorf("Summarise(one run) = %+v", one)
+	}
+	if one.ShiftLossS != 0.4 || one.TimeTo90S == nil || *one.TimeTo90S != 0.9 || one.NoEvents {
+		t.Errorf("Summarise(one run): shift loss %v, time to 90%% %v, no events %v; want 0.4, 0.9, false", one.ShiftLossS, one.TimeTo90S, one.NoEvents)
 	}
 	two := Summarise([]*Result{
 		fakeResult(1, 900, 1000, 0, 4*time.Second),

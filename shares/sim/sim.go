@@ -59,6 +59,8 @@ type Result struct {
 	// Grow). Nothing is written to etcd: each change reaches the pods of its
 	// region in the answers to their next reports.
 	GrantChanges int
+	// SteadyChanges counts those made after the warm-up.
+	SteadyChanges int
 	// EntriesSent counts the grants the leaders' answers carried (each
 	// change once per pod, more when a pod needs a full sync); FullSyncs the
 	// answers that carried all of a region's grants.
@@ -102,9 +104,10 @@ type Result struct {
 	Series []Sample
 }
 
-// GrantChangesPerMinute is GrantChanges per simulated minute.
+// GrantChangesPerMinute is SteadyChanges per simulated minute after the
+// warm-up.
 func (r *Result) GrantChangesPerMinute() float64 {
-	return float64(r.GrantChanges) / r.Duration.Minutes()
+	return float64(r.SteadyChanges) / (r.Duration - r.Warmup).Minutes()
 }
 
 // OverAdmissionPct is the worst excess as a percentage of R·Duration.
@@ -134,6 +137,9 @@ const (
 	kLeaderDown             // the leader dies
 	kLeaderUp               // failover n's new leader starts its term
 	kSample                 // record a sample
+	kExtra                  // pod who sends its report out of period (debounced)
+	kFlush                  // the leader rebalances the steps a hold deferred
+	kResend                 // pod who reports again after a report failed
 )
 
 type event struct {
@@ -201,6 +207,7 @@ type sentReport struct {
 type sentAnswer struct {
 	sentAt int64 // when the pod sent the report this answers
 	ans    shares.Answer
+	push   bool // pushed (shares.Leader.Push): answers no report
 }
 
 type enforced struct {
@@ -219,9 +226,15 @@ type podState struct {
 	st     *shares.Pod
 	eff    enforced
 
-	repStart             int64
-	repOffered, repAdmit float64
-	lastExtra            int64 // when the last prompt report was sent (-1: never)
+	tracker *shares.Tracker
+	// lastExtra is when the last report out of period was sent (-1:
+	// never); extraDue is set while one is scheduled (kExtra).
+	lastExtra int64
+	extraDue  bool
+	extraAt   int64
+	seq       uint64 // reports sent
+	fails     int    // reports in a row that failed
+	resendDue bool   // a kResend is scheduled
 }
 
 // regionState is one region: its one GCRA key (the region's Redis), which
@@ -255,9 +268,11 @@ type world struct {
 	regions []*regionState
 	pods    []*podState
 
-	leader *shares.Leader
-	term   uint64
-	stats  shares.LeaderStats // of the terms that ended
+	leader      *shares.Leader
+	stepChanges int64 // the leader's StepChanges counted so far
+	flushAt     int64 // a kFlush is scheduled then (-1: none)
+	term        uint64
+	stats       shares.LeaderStats // of the terms that ended
 
 	reports []sentReport
 	answers []sentAnswer
@@ -325,6 +340,7 @@ func newWorld(spec *Spec, mode shares.Mode, seed uint64) (*world, error) {
 		rngNet:   rand.New(rand.NewPCG(seed, 0x6e6574)),
 		rngRetry: rand.New(rand.NewPCG(seed, 0x7265747279)),
 		rngLB:    rand.New(rand.NewPCG(seed, 0x6c62)),
+		flushAt:  -1,
 		res: &Result{
 			Scenario: spec.Name, Mode: mode, Seed: seed,
 			Regions: slices.Clone(spec.Regions), Rate: b.Rate, Burst: b.Burst,
@@ -345,10 +361,14 @@ func newWorld(spec *Spec, mode shares.Mode, seed uint64) (*world, error) {
 			rs.gen = newGenerator(tr, rand.New(rand.NewPCG(seed, uint64(i)+1)))
 		}
 		for k := range pods {
+			tracker, err := shares.NewTracker(w.at(0), shares.TrackerConfig{})
+			if err != nil {
+				return nil, err
+			}
 			rs.pods = append(rs.pods, len(w.pods))
 			w.pods = append(w.pods, &podState{
 				id: fmt.Sprintf("%s-%d", name, k), region: i,
-				st: shares.NewPod(name, spec.Drift), lastExtra: -1,
+				st: shares.NewPod(name, spec.Drift), lastExtra: -1, tracker: tracker,
 			})
 		}
 		w.regions = append(w.regions, rs)
@@ -369,11 +389,11 @@ func (w *world) startTerm(t int64, learning time.Duration) error {
 		w.endTerm()
 	}
 	w.term++
-	l, err := shares.NewLeader(w.at(t), shares.LeaderConfig{Config: w.cfg, Term: w.term, Learning: learning})
+	l, err := shares.NewLeader(w.at(t), shares.LeaderConfig{Config: w.cfg, Term: w.term, Learning: learning, StepHold: shares.DefaultStepHold})
 	if err != nil {
 		return fmt.Errorf("leader term %d: %w", w.term, err)
 	}
-	w.leader = l
+	w.leader, w.stepChanges = l, 0
 	w.res.Terms++
 	w.tracef(t, "term %d starts, learning for %v", w.term, learning)
 	return nil
@@ -457,8 +477,25 @@ func (w *world) run() error {
 		case kRetry:
 			w.arrive(i, e.at, int(e.n))
 		case kReport:
-			w.sendReport(i, e.at)
+			w.sendReport(i, e.at, false)
 			w.schedule(e.at+p, kReport, i, 0)
+		case kExtra:
+			if ps := w.pods[i]; ps.extraDue && ps.extraAt == e.at {
+				ps.extraDue = false
+				w.sendReport(i, e.at, true)
+			}
+		case kResend:
+			// The leader may have lost this pod's rates: all of them.
+			w.pods[i].resendDue = false
+			w.sendReport(i, e.at, false)
+		case kFlush:
+			w.flushAt = -1
+			if w.leader != nil {
+				w.changed(e.at, w.leader.FlushSteps(w.at(e.at)))
+				w.nudge(e.at, -1)
+				w.scheduleFlush()
+			}
+
 		case kReportRecv:
 			if err := w.receiveReport(int(e.n), e.at); err != nil {
 				return err
@@ -566,7 +603,6 @@ func (w *world) arrive(i int, t int64, retry int) {
 	k := rs.pods[w.rngLB.IntN(len(rs.pods))]
 	ps := w.pods[k]
 	inWin := t >= w.warm
-	ps.repOffered++
 	rs.secOffered++
 	w.secOffered++
 	if w.central.admit(t) {
@@ -591,10 +627,16 @@ func (w *world) arrive(i int, t int64, retry int) {
 			w.res.Retries++
 		}
 	}
+	adm := 0.0
+	if allowed {
+		adm = 1
+	}
+	if ps.tracker.Add(w.at(t), Tenant, 1, adm) && !w.spec.NoSteps {
+		w.extraReport(k, t, false)
+	}
 	if allowed {
 		bump(&w.fine.admit, bucketOf(t))
 		bump(&w.fine.region[i], bucketOf(t))
-		ps.repAdmit++
 		rs.secAdmit++
 		w.secAdmit++
 		w.admissions = append(w.admissions, t)
@@ -614,39 +656,145 @@ func (w *world) arrive(i int, t int64, retry int) {
 	}
 }
 
-func (w *world) sendReport(k int, t int64) {
+// sendReport sends pod k's report at t: its periodic one, or with extra an
+// early one (the tenants whose rates stepped, if any; else none, as an
+// acknowledgement or an answer to a nudge).
+func (w *world) sendReport(k int, t int64, extra bool) {
 	ps := w.pods[k]
 	rs := w.regions[ps.region]
 	term, applied := ps.st.State()
+	var usage map[string]shares.Usage
+	var interval time.Duration
+	if extra {
+		ps.lastExtra = t
+		usage, interval = ps.tracker.TakeSteps(w.at(t))
+		interval = max(interval, time.Millisecond)
+	} else {
+		usage, interval = ps.tracker.TakeAll(w.at(t))
+	}
+	ps.seq++
 	rep := shares.PodReport{
 		Region:   rs.name,
 		Pod:      ps.id,
+		Seq:      ps.seq,
 		Term:     term,
 		Applied:  applied,
-		Interval: max(time.Duration(t-ps.repStart)*time.Microsecond, time.Microsecond),
-		Usage:    map[string]shares.Usage{Tenant: {Offered: ps.repOffered, Admitted: ps.repAdmit}},
+		Interval: interval,
+		Usage:    usage,
+		Partial:  extra,
 		LivePods: len(rs.pods),
 		Held:     ps.st.Held(),
 	}
-	ps.repStart, ps.repOffered, ps.repAdmit = t, 0, 0
 	if w.partitioned(ps.region, t) || w.rngNet.Float64() < w.spec.Network.LossReports {
 		w.res.LostReports++
+		w.resend(k, t)
 		return
 	}
 	w.reports = append(w.reports, sentReport{pod: k, sentAt: t, rep: rep})
 	w.schedule(t+w.delay(w.spec.Network.Report), kReportRecv, 0, len(w.reports)-1)
 }
 
-// promptReport sends pod k's report at t, out of its period, because it
-// just applied a shrink that a grow elsewhere may wait for; at most one such
-// report per interval.
-func (w *world) promptReport(k int, t int64) {
+// resendAfter is how long a pod waits to report again after a report
+// failed (it notices within its report timeout), doubling with each
+// failure in a row up to resendMax (or the interval): a pod cut off finds
+// out within half a second that it can reach the coordinator again.
+const (
+	resendAfter = 250 * time.Millisecond
+	resendMax   = 500 * time.Millisecond
+)
+
+// resend has pod k report again after its report at t failed.
+func (w *world) resend(k int, t int64) {
 	ps := w.pods[k]
-	if w.spec.PeriodicReports || (ps.lastExtra >= 0 && t-ps.lastExtra < w.spec.Interval.Microseconds()) {
+	if w.spec.PeriodicReports || ps.resendDue {
 		return
 	}
-	ps.lastExtra = t
-	w.sendReport(k, t)
+	d := min(resendAfter<<min(ps.fails, 10), resendMax, w.spec.Interval)
+	ps.fails++
+	ps.resendDue = true
+	w.schedule(t+d.Microseconds(), kResend, k, 0)
+}
+
+// Least times between two reports of a pod out of its period: to say a
+// step (stepGap), and to acknowledge a shrink (ackGap).
+const (
+	stepGap = 100 * time.Millisecond
+	ackGap  = 20 * time.Millisecond
+)
+
+// extraReport has pod k report at t, out of its period, because a tenant's
+// rate stepped or (ack) it applied a shrink a grow elsewhere may wait for:
+// at once, or when the gap after its last such report ends.
+func (w *world) extraReport(k int, t int64, ack bool) {
+	ps := w.pods[k]
+	if w.spec.PeriodicReports {
+		return
+	}
+	gap := stepGap
+	if ack {
+		gap = ackGap
+	}
+	at := t
+	if ps.lastExtra >= 0 {
+		at = max(t, ps.lastExtra+gap.Microseconds())
+	}
+	if ps.extraDue && ps.extraAt <= at {
+		return // one is on its way
+	}
+	if at == t {
+		ps.extraDue = false
+		w.sendReport(k, t, true)
+		return
+	}
+	ps.extraDue, ps.extraAt = true, at
+	w.schedule(at, kExtra, k, 0)
+}
+
+// scheduleFlush schedules the leader's FlushSteps when a deferred step is
+// due.
+func (w *world) scheduleFlush() {
+	if w.leader == nil {
+		return
+	}
+	due := w.leader.StepsDue()
+	if due.IsZero() {
+		return
+	}
+	at := max(due.UnixMicro()-w.off, 0)
+	if w.flushAt >= 0 && w.flushAt <= at {
+		return
+	}
+	w.flushAt = at
+	w.schedule(at, kFlush, 0, 0)
+}
+
+// nudge pushes to the pods of the regions whose grants the leader changed
+// at t what changed (shares.Leader.Push), but not to pod except, whose
+// answer carries it.
+func (w *world) nudge(t int64, except int) {
+	if w.leader == nil {
+		return
+	}
+	regions := w.leader.Nudges()
+	if w.spec.NoNudges {
+		return
+	}
+	for _, name := range regions {
+		for i, rs := range w.regions {
+			if rs.name != name || w.partitioned(i, t) {
+				continue
+			}
+			for _, k := range rs.pods {
+				if k == except {
+					continue
+				}
+				if ans, ok := w.leader.Push(w.at(t), name, w.pods[k].id); ok {
+					w.answers = append(w.answers, sentAnswer{sentAt: t, ans: ans, push: true})
+					w.schedule(t+w.delay(w.spec.Network.Renewal), kAnswer, k, len(w.answers)-1)
+				}
+			}
+		}
+	}
 }
 
 func (w *world) receiveReport(n int, t int64) error {
@@ -657,6 +805,7 @@ func (w *world) receiveReport(n int, t int64) error {
 		// The pod sees the call fail (at once here; within its report
 		// timeout in a deployment): its next report carries what it holds.
 		ps.st.Unanswered()
+		w.resend(sr.pod, t)
 		return nil
 	}
 	ans, err := w.leader.Report(w.at(t), sr.rep)
@@ -666,11 +815,23 @@ func (w *world) receiveReport(n int, t int64) error {
 	}
 	w.answers = append(w.answers, sentAnswer{sentAt: sr.sentAt, ans: ans})
 	w.schedule(t+w.delay(w.spec.Network.Renewal), kAnswer, sr.pod, len(w.answers)-1)
+	for _, c := range w.leader.ReportChanges() {
+		w.tracef(t, "leader changed %s/%s to %+v (step)", c.Tenant, c.Region, c.Grant)
+	}
+	if s := w.leader.Stats(); s.StepChanges != w.stepChanges {
+		w.res.GrantChanges += int(s.StepChanges - w.stepChanges)
+		if t >= w.warm {
+			w.res.SteadyChanges += int(s.StepChanges - w.stepChanges)
+		}
+		w.stepChanges = s.StepChanges
+	}
 	if !w.spec.TickOnly && w.leader.Growable() {
 		// The report acknowledged a shrink that a deferred grow waits for:
 		// grow now rather than at the next rebalance.
 		w.changed(t, w.leader.Grow(w.at(t)))
 	}
+	w.nudge(t, sr.pod)
+	w.scheduleFlush()
 	return nil
 }
 
@@ -682,6 +843,9 @@ func (w *world) answered(k, n int, t int64) {
 		return
 	}
 	sa := w.answers[n]
+	if !sa.push {
+		ps.fails = 0
+	}
 	shrunk := false
 	for _, e := range sa.ans.Entries {
 		if g, ok := ps.st.Grant(e.Tenant); ok && (e.Grant.Rate < g.Rate || e.Grant.Burst < g.Burst) {
@@ -689,12 +853,16 @@ func (w *world) answered(k, n int, t int64) {
 		}
 	}
 	own := w.regions[ps.region].own
-	ps.st.Answered(w.at(t), w.at(sa.sentAt), sa.ans, func(string) shares.Ceiling { return own })
+	if sa.push {
+		ps.st.Pushed(w.at(t), sa.ans, func(string) shares.Ceiling { return own })
+	} else {
+		ps.st.Answered(w.at(t), w.at(sa.sentAt), sa.ans, func(string) shares.Ceiling { return own })
+	}
 	w.tracef(t, "%s answered (sent %dµs): term %d learning=%v full=%v epoch %d entries %+v",
 		ps.id, sa.sentAt, sa.ans.Term, sa.ans.Learning, sa.ans.Full, sa.ans.Epoch, sa.ans.Entries)
 	w.refreshAll(t)
 	if shrunk {
-		w.promptReport(k, t)
+		w.extraReport(k, t, true)
 	}
 }
 
@@ -704,12 +872,19 @@ func (w *world) rebalance(t int64) {
 	}
 	w.leader.SetBudgets(map[string]shares.Budget{Tenant: w.budget})
 	w.changed(t, w.leader.Rebalance(w.at(t)))
+	w.nudge(t, -1)
 }
 
 // changed counts the grant changes the leader made at t; they reach the
 // pods in the answers to their next reports.
 func (w *world) changed(t int64, changes []shares.Change) {
+	if w.trace != nil && len(changes) > 0 && w.leader != nil {
+		w.tracef(t, "demand %v", w.leader.Allocator().Demand(Tenant))
+	}
 	w.res.GrantChanges += len(changes)
+	if t >= w.warm {
+		w.res.SteadyChanges += len(changes)
+	}
 	for _, c := range changes {
 		w.tracef(t, "leader changed %s/%s to %+v", c.Tenant, c.Region, c.Grant)
 	}

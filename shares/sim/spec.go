@@ -118,6 +118,10 @@ type Spec struct {
 	// as soon as a report acknowledges the shrink it waits for
 	// (shares.Leader.Grow). For comparison.
 	TickOnly bool
+	// NoSteps: pods do not report a tenant whose rate stepped early (see
+	// shares.Tracker); NoNudges: the leader does not nudge the pods of a
+	// region whose grants changed to report. For comparison.
+	NoSteps, NoNudges bool
 	// PeriodicReports makes pods report only on their period: no prompt
 	// report after applying a shrink. For comparison.
 	PeriodicReports bool
