@@ -21,10 +21,22 @@ type budgetCache struct {
 	synced bool
 	sorted []state.BudgetRecord // by tenant; nil when recs changed since
 	gen    uint64               // bumped by every change
+	// changed is signalled (buffered 1, never blocking) with every change:
+	// the leader hands the budgets over without waiting for a rebalance.
+	changed chan struct{}
 }
 
 func newBudgetCache(store *state.Store) *budgetCache {
-	return &budgetCache{store: store, recs: map[string]state.BudgetRecord{}}
+	return &budgetCache{store: store, recs: map[string]state.BudgetRecord{}, changed: make(chan struct{}, 1)}
+}
+
+// bump counts a change. b.mu held.
+func (b *budgetCache) bump() {
+	b.gen++
+	select {
+	case b.changed <- struct{}{}:
+	default:
+	}
 }
 
 // snapshot returns every record, sorted by tenant, a generation that
@@ -56,7 +68,7 @@ func (b *budgetCache) Reset(kvs []*mvccpb.KeyValue, _ int64) {
 	}
 	b.mu.Lock()
 	b.recs, b.sorted, b.synced = next, nil, true
-	b.gen++
+	b.bump()
 	b.mu.Unlock()
 }
 
@@ -68,7 +80,7 @@ func (b *budgetCache) Put(kv *mvccpb.KeyValue) {
 	}
 	b.mu.Lock()
 	b.recs[rec.Tenant], b.sorted = rec, nil
-	b.gen++
+	b.bump()
 	b.mu.Unlock()
 }
 
@@ -81,6 +93,6 @@ func (b *budgetCache) Delete(key []byte) {
 	b.mu.Lock()
 	delete(b.recs, t)
 	b.sorted = nil
-	b.gen++
+	b.bump()
 	b.mu.Unlock()
 }

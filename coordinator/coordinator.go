@@ -82,6 +82,10 @@ type Coordinator struct {
 	// fenceUntil: this coordinator answers no report from then on unless
 	// a keepalive of its election session extends it (see keepFence).
 	fenceUntil time.Time
+
+	// watchers are the pods watching their region's grants (Watch), by
+	// region and pod: each is signalled when the region's grants change.
+	watchers map[string]map[string]chan struct{}
 }
 
 // term is the state of one leadership: the election it won, and the
@@ -104,9 +108,10 @@ type term struct {
 	forgotten   int64    // and its Forgotten
 	peers       []string // candidates' gRPC addresses
 	// grow asks the leader loop for an early grow pass: a report
-	// acknowledged a shrink that a deferred grow waits for. Buffered (1);
-	// senders never block.
-	grow chan struct{}
+	// acknowledged a shrink that a deferred grow waits for; steps, to
+	// look again at when deferred steps are due. Buffered (1); senders
+	// never block.
+	grow, steps chan struct{}
 }
 
 // termID is the protocol term of t's current shares.Leader: the election
@@ -340,8 +345,9 @@ func (c *Coordinator) observe(ctx context.Context, el *concurrency.Election) {
 
 func (c *Coordinator) lead(ctx, sctx context.Context, sess *concurrency.Session, el *concurrency.Election) error {
 	t := &term{
-		rev:  el.Rev(),
-		grow: make(chan struct{}, 1),
+		rev:   el.Rev(),
+		grow:  make(chan struct{}, 1),
+		steps: make(chan struct{}, 1),
 	}
 	// Record the term; the very first leader of a cluster need not learn.
 	fence := clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev())
@@ -371,6 +377,7 @@ func (c *Coordinator) lead(ctx, sctx context.Context, sess *concurrency.Session,
 	defer func() {
 		c.mu.Lock()
 		c.term = nil
+		c.closeWatchers()
 		c.mu.Unlock()
 		c.m.leader.Set(0)
 		if ctx.Err() != nil && sess != nil {
@@ -385,6 +392,16 @@ func (c *Coordinator) lead(ctx, sctx context.Context, sess *concurrency.Session,
 	}()
 	tick, stop := c.ticks(c.cfg.RebalanceInterval)
 	defer stop()
+	flush := time.NewTimer(time.Hour)
+	flush.Stop()
+	defer flush.Stop()
+	// Budget records reach the leader as they change (at most every
+	// budgetsEvery), not only with the next rebalance: a tenant's first
+	// step is then rebalanced under its own budget.
+	budgets := time.NewTimer(time.Hour)
+	budgets.Stop()
+	defer budgets.Stop()
+	var budgetsAt time.Time
 	for {
 		if err := c.rebalance(sctx, t); err != nil {
 			if sctx.Err() != nil {
@@ -403,9 +420,187 @@ func (c *Coordinator) lead(ctx, sctx context.Context, sess *concurrency.Session,
 				ticked = true
 			case <-t.grow:
 				c.growEarly(t)
+			case <-t.steps:
+				c.armFlush(t, flush)
+			case <-flush.C:
+				c.flushSteps(t)
+				c.armFlush(t, flush)
+			case <-c.budgetCache.changed:
+				budgets.Reset(max(0, budgetsEvery-time.Since(budgetsAt)))
+			case <-budgets.C:
+				budgetsAt = time.Now()
+				c.handBudgets(t)
 			}
 		}
 	}
+}
+
+// budgetsEvery bounds how often budget changes are handed to the leader
+// between rebalances (each hand-over walks every tenant).
+const budgetsEvery = 100 * time.Millisecond
+
+// handBudgets hands the mirrored budget records to the leader when they
+// changed since it last got them.
+func (c *Coordinator) handBudgets(t *term) {
+	records, gen, ok := c.budgetCache.snapshot()
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.lead == nil || t.doc == nil || (gen == t.budgetsGen && t.policyV == t.budgetsPV && t.lead == t.budgetsLead) {
+		return
+	}
+	t.lead.SetBudgets(c.budgets(t, records))
+	t.budgetsGen, t.budgetsPV, t.budgetsLead = gen, t.policyV, t.lead
+	// The tenants whose budgets changed are rebalanced at once.
+	select {
+	case t.steps <- struct{}{}:
+	default:
+	}
+}
+
+// armFlush sets flush to fire when the earliest step a hold deferred is due
+// (shares.Leader.StepsDue).
+func (c *Coordinator) armFlush(t *term, flush *time.Timer) {
+	c.mu.Lock()
+	var due time.Time
+	var any bool
+	if t.lead != nil {
+		due, any = t.lead.StepsDue()
+	}
+	now := c.cfg.Now()
+	c.mu.Unlock()
+	if !any {
+		return
+	}
+	flush.Reset(max(due.Sub(now), 0))
+}
+
+// flushSteps rebalances the tenants whose steps a hold deferred and pushes
+// what changed.
+func (c *Coordinator) flushSteps(t *term) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.lead == nil {
+		return
+	}
+	if changes := t.lead.FlushSteps(c.cfg.Now()); len(changes) > 0 {
+		c.m.grantWrites.Add(float64(len(changes)))
+		c.m.stepChanges.Add(float64(len(changes)))
+	}
+	c.nudge(t, "")
+}
+
+// nudge signals the watchers of every region whose grants changed, but not
+// pod except (whose answer carries the changes). c.mu held.
+func (c *Coordinator) nudge(t *term, except string) {
+	for _, region := range t.lead.Nudges() {
+		for pod, ch := range c.watchers[region] {
+			if pod == except {
+				continue
+			}
+			select {
+			case ch <- struct{}{}:
+			default: // one is pending: the push reads the latest
+			}
+		}
+	}
+}
+
+// closeWatchers ends every watch (leadership ended). c.mu held.
+func (c *Coordinator) closeWatchers() {
+	for _, pods := range c.watchers {
+		for _, ch := range pods {
+			close(ch)
+		}
+	}
+	c.watchers = nil
+}
+
+// Watch registers pod of region for pushes of its region's grants: the
+// channel is signalled when they change (and once at once), and closed when
+// this coordinator stops leading; cancel ends the watch. A follower answers
+// with a *NotLeaderError.
+func (c *Coordinator) Watch(region, pod string) (signals <-chan struct{}, cancel func(), err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.term
+	switch {
+	case t == nil:
+		return nil, nil, &NotLeaderError{Leader: c.leader.GRPC}
+	case !time.Now().Before(c.fenceUntil):
+		return nil, nil, &NotLeaderError{}
+	case !slices.Contains(t.regions, region):
+		return nil, nil, fmt.Errorf("%w: region %q is not in the policy", ErrBadReport, region)
+	case pod == "" || len(pod) > 253:
+		return nil, nil, fmt.Errorf("%w: pod: %q: want a name of 1 to 253 bytes", ErrBadReport, pod)
+	}
+	if c.watchers == nil {
+		c.watchers = map[string]map[string]chan struct{}{}
+	}
+	pods := c.watchers[region]
+	if pods == nil {
+		pods = map[string]chan struct{}{}
+		c.watchers[region] = pods
+	}
+	if old, ok := pods[pod]; ok {
+		close(old) // one watch per pod: the newer wins
+	} else if len(pods) >= maxWatchersPerRegion {
+		return nil, nil, fmt.Errorf("%w: region %q already has %d watchers", shares.ErrTooManyPods, region, maxWatchersPerRegion)
+	}
+	ch := make(chan struct{}, 1)
+	ch <- struct{}{}
+	pods[pod] = ch
+	c.m.watchers.Inc()
+	return ch, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.m.watchers.Dec()
+		if c.watchers[region][pod] == ch {
+			delete(c.watchers[region], pod)
+		}
+	}, nil
+}
+
+// LeaderBudget returns the budget this coordinator's leader rebalances
+// tenant under (its own, or the default tier), or false when it does not
+// lead or knows none.
+func (c *Coordinator) LeaderBudget(tenant string) (shares.Budget, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.term == nil || c.term.lead == nil {
+		return shares.Budget{}, false
+	}
+	return c.term.lead.Budget(tenant)
+}
+
+// maxWatchersPerRegion bounds the watches of one region (as the leader
+// bounds its leased pods).
+const maxWatchersPerRegion = 256
+
+// Push returns what changed in the grants of pod's region since the epoch
+// it last reported, as a push (shares.Leader.Push): ok is false when there
+// is nothing to push. A follower, or a fenced leader, answers with a
+// *NotLeaderError.
+func (c *Coordinator) Push(region, pod string) (ans shares.Answer, ok bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.term
+	switch {
+	case t == nil:
+		return shares.Answer{}, false, &NotLeaderError{Leader: c.leader.GRPC}
+	case !time.Now().Before(c.fenceUntil):
+		return shares.Answer{}, false, &NotLeaderError{}
+	case t.lead == nil:
+		return shares.Answer{}, false, nil
+	}
+	ans, ok = t.lead.Push(c.cfg.Now(), region, pod)
+	if ok {
+		c.m.pushes.Inc()
+		c.m.answerGrants.Add(float64(len(ans.Entries)))
+	}
+	return ans, ok, nil
 }
 
 // growEarly completes, between two rebalances, the grows the allocator
@@ -421,6 +616,7 @@ func (c *Coordinator) growEarly(t *term) {
 		c.m.grantWrites.Add(float64(len(changes)))
 		c.m.earlyGrows.Inc()
 	}
+	c.nudge(t, "")
 }
 
 // rebalance runs one rebalance of term t.
@@ -453,6 +649,7 @@ func (c *Coordinator) rebalance(ctx context.Context, t *term) error {
 		t.budgetsGen, t.budgetsPV, t.budgetsLead = gen, t.policyV, t.lead
 	}
 	changes := t.lead.Rebalance(now)
+	c.nudge(t, "")
 	if f := t.lead.Stats().Forgotten; f != t.forgotten {
 		if f > t.forgotten {
 			c.m.tenantsForgotten.Add(float64(f - t.forgotten))
@@ -532,6 +729,7 @@ func (c *Coordinator) refreshPolicy(ctx context.Context, t *term) error {
 		MaxTenants:  c.cfg.MaxTenants,
 		IdleTimeout: c.cfg.TenantIdleTimeout,
 		ValidTenant: policy.ValidateTenant,
+		StepHold:    min(shares.DefaultStepHold, c.cfg.RebalanceInterval),
 	}
 	t.sub++
 	cfg.First = t.first && t.sub == 1
@@ -622,9 +820,20 @@ func (c *Coordinator) Report(_ context.Context, r PodReport) (ReportAnswer, erro
 		c.m.reports.WithLabelValues(r.Region, "accepted").Inc()
 	}
 	c.m.answerGrants.Add(float64(len(ans.Entries)))
+	if ch := t.lead.ReportChanges(); len(ch) > 0 {
+		c.m.grantWrites.Add(float64(len(ch)))
+		c.m.stepChanges.Add(float64(len(ch)))
+	}
+	c.nudge(t, r.Pod)
 	if t.lead.Growable() {
 		select {
 		case t.grow <- struct{}{}:
+		default:
+		}
+	}
+	if _, any := t.lead.StepsDue(); any {
+		select {
+		case t.steps <- struct{}{}:
 		default:
 		}
 	}

@@ -72,12 +72,14 @@ func (g *grpcAPI) Report(ctx context.Context, r *allotv1.ReportRequest) (*allotv
 		acc := usage[u.GetTenant()]
 		acc.Offered += u.GetOffered()
 		acc.Admitted += u.GetAdmitted()
+		acc.Step = acc.Step || u.GetStep()
 		usage[u.GetTenant()] = acc
 	}
 	held := heldFromPB(r)
 	ans, err := g.c.Report(ctx, PodReport{
 		Region: r.GetRegion(), Pod: r.GetPod(), Interval: time.Duration(r.GetIntervalMs()) * time.Millisecond,
 		Term: r.GetTerm(), Applied: r.GetAppliedEpoch(), Usage: usage, LivePods: int(r.GetLivePods()), Held: held,
+		Seq: r.GetSeq(), Partial: r.GetPartial(),
 	})
 	var nl *NotLeaderError
 	if errors.As(err, &nl) {
@@ -93,12 +95,18 @@ func (g *grpcAPI) Report(ctx context.Context, r *allotv1.ReportRequest) (*allotv
 			WithDetails(&errdetails.ErrorInfo{Reason: ReasonRegionNotInPolicy, Domain: "allot"})
 		return nil, st.Err()
 	}
+	out := g.answerPB(ans.Answer)
+	out.Coordinators = ans.Coordinators
+	return out, nil
+}
+
+// answerPB is an answer (or a push) as sent.
+func (g *grpcAPI) answerPB(ans shares.Answer) *allotv1.ReportResponse {
 	out := &allotv1.ReportResponse{
 		Accepted: true, Leader: g.c.cfg.GRPCAddr, LeaseMs: ans.Lease.Milliseconds(),
 		Term: ans.Term, Learning: ans.Learning, Full: ans.Full, Epoch: ans.Epoch, HeldTerm: ans.HeldTerm,
 		LeasedForMs: ans.LeasedFor.Milliseconds(),
 		ColdRate:    ans.Cold.Rate, ColdBurst: ans.Cold.Burst, SharePods: int32(ans.SharePods), Pods: int32(ans.Pods),
-		Coordinators: ans.Coordinators,
 	}
 	if len(ans.Entries) > 0 {
 		out.Grants = make([]*allotv1.Grant, len(ans.Entries))
@@ -106,7 +114,38 @@ func (g *grpcAPI) Report(ctx context.Context, r *allotv1.ReportRequest) (*allotv
 			out.Grants[i] = ToGrantPB(e)
 		}
 	}
-	return out, nil
+	return out
+}
+
+// Watch streams pushes of the pod's region's grants (Coordinator.Push) as
+// they change, until the pod goes or this coordinator stops leading.
+func (g *grpcAPI) Watch(r *allotv1.WatchRequest, stream allotv1.Coordinator_WatchServer) error {
+	signals, cancel, err := g.c.Watch(r.GetRegion(), r.GetPod())
+	if err != nil {
+		return GRPCError(err)
+	}
+	defer cancel()
+	ctx := stream.Context()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case _, open := <-signals:
+			if !open {
+				return status.Error(codes.Unavailable, "this coordinator no longer leads, or a newer watch of this pod replaced this one")
+			}
+			ans, ok, err := g.c.Push(r.GetRegion(), r.GetPod())
+			if err != nil {
+				return GRPCError(err)
+			}
+			if !ok {
+				continue
+			}
+			if err := stream.Send(g.answerPB(ans)); err != nil {
+				return err
+			}
+		}
+	}
 }
 
 // ReasonRegionNotInPolicy is the ErrorInfo reason of a report refused

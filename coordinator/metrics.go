@@ -21,6 +21,9 @@ type metrics struct {
 	tenantsDropped    prometheus.Counter
 	tenantsForgotten  prometheus.Counter
 	answerGrants      prometheus.Counter
+	stepChanges       prometheus.Counter
+	pushes            prometheus.Counter
+	watchers          prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -40,7 +43,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		grantWrites: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "allot_grant_changes_total",
-			Help: "Grants the leader changed (each reaches its region's pods in the answers to their reports; none is written to etcd).",
+			Help: "Grants the leader changed (each reaches its region's pods in answers to their reports and in pushes; none is written to etcd).",
 		}),
 		learning: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "allot_coordinator_learning",
@@ -62,6 +65,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "allot_coordinator_learning_renewals_total",
 			Help: "Learning answers that renewed the lease of the grants a pod of an older term reported holding, by region (none when a budget was lowered since they were made).",
 		}, []string{"region"}),
+		stepChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "allot_coordinator_step_changes_total",
+			Help: "Grant changes made rebalancing a tenant as a report said its rate stepped (also counted in allot_grant_changes_total).",
+		}),
+		pushes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "allot_coordinator_pushes_total",
+			Help: "Answers pushed to watching pods without a report (their region's grants changed).",
+		}),
+		watchers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "allot_coordinator_watchers", Help: "Pods watching their region's grants on this coordinator.",
+		}),
 		earlyGrows: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "allot_early_grows_total",
 			Help: "Grow passes made between rebalances because a report acknowledged a shrink that a deferred grow waited for.",
@@ -79,7 +93,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.leader, m.terms, m.rebalances, m.rebalanceDuration, m.grantWrites, m.earlyGrows, m.reports, m.tenants, m.adminRequests, m.learning, m.tenantsDropped, m.tenantsForgotten, m.answerGrants, m.renewals} {
+	for _, c := range []prometheus.Collector{m.leader, m.terms, m.rebalances, m.rebalanceDuration, m.grantWrites, m.earlyGrows, m.reports, m.tenants, m.adminRequests, m.learning, m.tenantsDropped, m.tenantsForgotten, m.answerGrants, m.renewals, m.stepChanges, m.pushes, m.watchers} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

@@ -187,6 +187,13 @@ func (g *reportGate) Report(ctx context.Context, r *allotv1.ReportRequest) (*all
 	return g.api.Report(ctx, r)
 }
 
+func (g *reportGate) Watch(r *allotv1.WatchRequest, stream allotv1.Coordinator_WatchServer) error {
+	if err := g.guard.check(stream.Context()); err != nil {
+		return err
+	}
+	return g.api.Watch(r, stream)
+}
+
 // gateReports wraps api in the coordinator's report authentication
 // (Config.Reports).
 func (c *Coordinator) gateReports(api allotv1.CoordinatorServer) allotv1.CoordinatorServer {

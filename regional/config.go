@@ -58,6 +58,11 @@ type Config struct {
 	ReportToken string
 	// ReportTimeout bounds one report call. Default 1s.
 	ReportTimeout time.Duration
+	// StepCheck is how often the pod looks for tenants whose offered rate
+	// stepped, to report them at once (shares.Tracker). Default 50ms; 0:
+	// it looks only when a tenant is counted for the first time (which
+	// asks for its grant at once) and at its periodic reports.
+	StepCheck time.Duration
 	// Drift is subtracted from every lease, covering clock-rate differences
 	// between this pod and the leader. Default 500ms.
 	Drift time.Duration
@@ -86,6 +91,7 @@ func DefaultConfig() Config {
 		BreakerOpen:     2 * time.Second,
 		ReportInterval:  2 * time.Second,
 		ReportTimeout:   time.Second,
+		StepCheck:       50 * time.Millisecond,
 		Drift:           500 * time.Millisecond,
 		MaxTenants:      100_000,
 		FailLogEvery:    10 * time.Second,
@@ -111,6 +117,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("regional config: ReportInterval: %v: must be positive", c.ReportInterval)
 	case c.ReportTimeout <= 0:
 		return fmt.Errorf("regional config: ReportTimeout: %v: must be positive", c.ReportTimeout)
+	case c.StepCheck < 0:
+		return fmt.Errorf("regional config: StepCheck: %v: must not be negative (0: no early reports of steps)", c.StepCheck)
 	case c.Drift < 0:
 		return fmt.Errorf("regional config: Drift: %v: must not be negative", c.Drift)
 	case c.MaxTenants < 1:

@@ -20,6 +20,9 @@ type counters struct {
 	n       atomic.Int64
 	max     int64
 	dropped atomic.Int64
+	// fresh is signalled (without blocking; buffered 1) when a tenant is
+	// counted for the first time: the reporter asks for its grant at once.
+	fresh chan struct{}
 }
 
 // idleReports is how many empty reports a tenant survives.
@@ -30,7 +33,9 @@ type usageCell struct {
 	idle              int // reports with no traffic; touched by drain only
 }
 
-func newCounters(max int) *counters { return &counters{max: int64(max)} }
+func newCounters(max int) *counters {
+	return &counters{max: int64(max), fresh: make(chan struct{}, 1)}
+}
 
 // add counts one decision of cost units.
 func (c *counters) add(tenant string, cost int64, admitted bool) {
@@ -44,6 +49,10 @@ func (c *counters) add(tenant string, cost int64, admitted bool) {
 		v, loaded = c.m.LoadOrStore(tenant, &usageCell{})
 		if !loaded {
 			c.n.Add(1)
+			select {
+			case c.fresh <- struct{}{}:
+			default:
+			}
 		}
 	}
 	u := v.(*usageCell)
@@ -54,13 +63,17 @@ func (c *counters) add(tenant string, cost int64, admitted bool) {
 }
 
 // drain returns every tenant's counts since the last drain and resets them.
-// Only one goroutine (the reporter) drains.
-func (c *counters) drain() map[string]shares.Usage {
+// Only one goroutine (the reporter) drains. With evict (once a report), a
+// tenant without counts since idleReports such drains is removed.
+func (c *counters) drain(evict bool) map[string]shares.Usage {
 	out := make(map[string]shares.Usage)
 	c.m.Range(func(k, v any) bool {
 		u := v.(*usageCell)
 		off, adm := u.offered.Swap(0), u.admitted.Swap(0)
 		if off == 0 && adm == 0 {
+			if !evict {
+				return true
+			}
 			u.idle++
 			if u.idle >= idleReports {
 				c.m.Delete(k)

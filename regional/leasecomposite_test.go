@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/allot-dev/allot/internal/wait"
+	"github.com/allot-dev/allot/policy"
 	"maps"
 	"math"
 	"math/rand/v2"
@@ -59,8 +61,23 @@ func redisPod(t *testing.T) (*pod, *redis.Client) {
 	// Generous: a decision that missed the timeout would be a fallback.
 	p := startPod(t, store, func(c *Config) { c.StoreTimeout = 5 * time.Second })
 	p.applyPolicy(t, leaseCompositePolicy, "t1", limits(3))
-	// The leader enforces a tenant's budget here: wait until it took up the
-	// big tier (pinned here, so its cold floor is the whole budget).
+	// The tenant limit must never bind here: give t1 the big tier's budget
+	// as a record of its own, so that the leader grants it the whole budget
+	// (pinned) before any traffic, and wait until the pod holds that grant.
+	// (As a default-tier tenant seen for the first time, it would get a
+	// zero grant while the old policy's larger cold floor still counts.)
+	if _, err := p.st.PutBudget(context.Background(), "t1", policy.Budget{Rate: "1000/h", Burst: 1000, Mode: "pinned", Home: "us-east"}, false, 0); err != nil {
+		t.Fatal(err)
+	}
+	wait.Until(t, 10*time.Second, func() error {
+		p.s.view.mu.RLock()
+		g, ok := p.s.view.pod.Grant("t1")
+		p.s.view.mu.RUnlock()
+		if !ok || g.Rate < 1000.0/3600*(1-1e-9) || g.Burst < 1000 {
+			return fmt.Errorf("the pod holds %+v (%v) for t1, want the whole budget", g, ok)
+		}
+		return nil
+	})
 	waitBudget(t, p, "t1", 1000.0/3600, 1000)
 	return p, rc
 }

@@ -19,6 +19,8 @@ type metrics struct {
 	leaseValid    prometheus.GaugeFunc
 	leaseLeft     prometheus.GaugeFunc
 	reports       *prometheus.CounterVec
+	earlyReports  *prometheus.CounterVec
+	pushes        *prometheus.CounterVec
 	dropped       prometheus.CounterFunc
 	policyVersion prometheus.GaugeFunc
 	livePods      prometheus.GaugeFunc
@@ -79,6 +81,12 @@ func newMetrics(reg prometheus.Registerer, region string, s *Service) (*metrics,
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "allot_reports_total", Help: "Reports sent to the coordinator, by result (accepted, learning: the leader learns, grants nothing and renews at most what the pod holds, no_policy, region_removed, redirected, failed, no_leader).", ConstLabels: cl,
 		}, []string{"result"}),
+		earlyReports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_early_reports_total", Help: "Reports sent out of period, by reason (step: a tenant's offered rate stepped; ack: a shrink was applied, which a grow elsewhere may wait for).", ConstLabels: cl,
+		}, []string{"reason"}),
+		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_pushes_total", Help: "Grant pushes from the leader's watch stream, by result (applied; reconnect: the stream broke and is opened again).", ConstLabels: cl,
+		}, []string{"result"}),
 		dropped: prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "allot_report_units_dropped_total", Help: "Units not counted for reports because the tenant table was full.", ConstLabels: cl,
 		}, func() float64 { return float64(s.counts.dropped.Load()) }),
@@ -107,7 +115,7 @@ func newMetrics(reg prometheus.Registerer, region string, s *Service) (*metrics,
 	if m.fallback, err = register(reg, m.fallback); err != nil {
 		return nil, err
 	}
-	for _, c := range []prometheus.Collector{m.storeDuration, m.storeErrors, m.grantAge, m.leaseValid, m.leaseLeft, m.reports, m.dropped, m.policyVersion, m.livePods, newLeaseUnits(m)} {
+	for _, c := range []prometheus.Collector{m.storeDuration, m.storeErrors, m.grantAge, m.leaseValid, m.leaseLeft, m.reports, m.earlyReports, m.pushes, m.dropped, m.policyVersion, m.livePods, newLeaseUnits(m)} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

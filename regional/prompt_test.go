@@ -7,26 +7,51 @@ import (
 	"github.com/allot-dev/allot/shares"
 )
 
-// At most one prompt report per interval, counted from the last one allowed.
-func TestPromptGate(t *testing.T) {
+// Early reports keep their gaps: one wanted within the gap after the last
+// goes when the gap ends, and one already scheduled by then serves.
+func TestEarlyGate(t *testing.T) {
 	t0 := time.Unix(1_800_000_000, 0)
-	g := promptGate{every: 2 * time.Second}
-	for _, st := range []struct {
-		at   time.Duration
-		want bool
-	}{
-		{0, true},
-		{time.Millisecond, false},
-		{1999 * time.Millisecond, false},
-		{2 * time.Second, true},
-		{3 * time.Second, false},
-		{4500 * time.Millisecond, true},
-		{4 * time.Second, false}, // the clock went back: still within the interval
-		{10 * time.Second, true},
-	} {
-		if got := g.allow(t0.Add(st.at)); got != st.want {
-			t.Errorf("allow(t0+%v) = %v, want %v", st.at, got, st.want)
-		}
+	var g earlyGate
+	if at, sched := g.next(t0, stepGap); !at.Equal(t0) || sched {
+		t.Fatalf("first early report at %v (scheduled %v), want at once", at.Sub(t0), sched)
+	}
+	g.last = t0
+	if at, _ := g.next(t0.Add(30*time.Millisecond), stepGap); !at.Equal(t0.Add(stepGap)) {
+		t.Errorf("a step 30ms after a report goes at +%v, want +%v", at.Sub(t0), stepGap)
+	}
+	if at, _ := g.next(t0.Add(30*time.Millisecond), ackGap); !at.Equal(t0.Add(30 * time.Millisecond)) {
+		t.Errorf("an acknowledgement 30ms after a report goes at +%v, want at once (+30ms)", at.Sub(t0))
+	}
+	g.due = t0.Add(stepGap)
+	if at, sched := g.next(t0.Add(50*time.Millisecond), stepGap); !sched || !at.Equal(g.due) {
+		t.Errorf("with one due at +%v, another wanted goes at +%v (scheduled %v), want the one due", stepGap, at.Sub(t0), sched)
+	}
+	if _, sched := g.next(t0.Add(10*time.Millisecond), ackGap); sched {
+		t.Errorf("an acknowledgement wanted before the one due is scheduled sooner, want not served by it")
+	}
+}
+
+// A push applies like an answer that renews no lease: its grants take
+// effect, a shrink in it is signalled, and the lease stays where the last
+// answer put it.
+func TestPushAppliesWithoutLease(t *testing.T) {
+	v := newView("us-east", nil, 0)
+	now := time.Now()
+	v.answered(now, shares.Answer{Term: 1, Lease: 10 * time.Second, Full: true, Epoch: 1,
+		Entries: []shares.Entry{{Tenant: "a", Grant: shares.Grant{Rate: 50, Burst: 10, Epoch: 1}}}}, now)
+	until := v.leaseUntil()
+	v.pushed(shares.Answer{Term: 1, Epoch: 2,
+		Entries: []shares.Entry{{Tenant: "a", Grant: shares.Grant{Rate: 20, Burst: 4, Epoch: 2}}}}, now.Add(time.Second))
+	select {
+	case <-v.shrunk:
+	default:
+		t.Error("a push that shrank a grant was not signalled")
+	}
+	if g, _ := v.pod.Grant("a"); g.Rate != 20 || g.Epoch != 2 {
+		t.Errorf("after the push the pod holds %+v, want the pushed 20/s at epoch 2", g)
+	}
+	if got := v.leaseUntil(); !got.Equal(until) {
+		t.Errorf("the push moved the lease from %v to %v, want it unchanged", until, got)
 	}
 }
 

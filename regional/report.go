@@ -31,6 +31,8 @@ type reporter struct {
 	next  int
 	// Dial opens a connection to a leader; tests may replace it.
 	dial func(addr string) (*grpc.ClientConn, error)
+	// seq numbers the reports (only the reporter goroutine touches it).
+	seq uint64
 }
 
 func newReporter(s *Service) *reporter {
@@ -50,60 +52,212 @@ func newReporter(s *Service) *reporter {
 	}}
 }
 
-// promptSettle is how long a prompt report waits after the shrink that
-// triggered it, so that the rest of the leader's batch (one etcd
-// transaction, delivered as one watch response) is applied and acknowledged
-// by the same report.
-const promptSettle = 20 * time.Millisecond
+// Times of the reports a pod sends out of its period (docs/protocol.md,
+// "Early reports"): a step goes at most once per stepGap, the
+// acknowledgement of a shrink (which a grow elsewhere may wait for) within
+// ackGap, long enough for the rest of a batch of changes to arrive with it.
+// After a report failed the pod reports again after resendAfter, doubling
+// up to resendMax (or the interval): a pod cut off from the coordinators
+// learns within half a second that it reaches them again.
+const (
+	stepGap     = 100 * time.Millisecond
+	ackGap      = 20 * time.Millisecond
+	resendAfter = 250 * time.Millisecond
+	resendMax   = 500 * time.Millisecond
+)
 
-// promptGate allows at most one prompt report per interval.
-type promptGate struct {
-	every time.Duration
-	last  time.Time // zero: none yet
+// earlyGate spaces the reports sent out of period.
+type earlyGate struct {
+	last time.Time // the last early report (zero: none)
+	due  time.Time // one is scheduled then (zero: none)
 }
 
-// allow reports whether a prompt report may be sent at now, and if so
-// counts it.
-func (g *promptGate) allow(now time.Time) bool {
-	if !g.last.IsZero() && now.Sub(g.last) < g.every {
-		return false
+// next returns when an early report wanted at now with the least gap gap
+// may go, and whether one is already scheduled by then.
+func (g *earlyGate) next(now time.Time, gap time.Duration) (time.Time, bool) {
+	at := now
+	if !g.last.IsZero() && g.last.Add(gap).After(at) {
+		at = g.last.Add(gap)
 	}
-	g.last = now
-	return true
+	if !g.due.IsZero() && !g.due.After(at) {
+		return g.due, true
+	}
+	return at, false
 }
 
 func (r *reporter) run(ctx context.Context) error {
-	t := time.NewTicker(r.s.cfg.ReportInterval)
+	cfg := r.s.cfg
+	t := time.NewTicker(cfg.ReportInterval)
 	defer t.Stop()
 	defer r.close()
-	// Besides every interval, report soon after applying a shrink (at most
-	// once per interval): the leader may be holding a grow elsewhere until
-	// this pod acknowledges it.
-	gate := promptGate{every: r.s.cfg.ReportInterval}
-	settle := time.NewTimer(promptSettle)
-	settle.Stop()
-	defer settle.Stop()
+	tr, err := shares.NewTracker(cfg.Now(), shares.TrackerConfig{})
+	if err != nil {
+		return err
+	}
+	// The tracker sees the counts every StepCheck; a tenant counted for the
+	// first time is seen at once.
+	var check <-chan time.Time
+	if cfg.StepCheck > 0 {
+		ct := time.NewTicker(cfg.StepCheck)
+		defer ct.Stop()
+		check = ct.C
+	}
+	early := time.NewTimer(time.Hour)
+	early.Stop()
+	defer early.Stop()
+	resend := time.NewTimer(time.Hour)
+	resend.Stop()
+	defer resend.Stop()
+	// Pushes come on a watch stream of their own, beside the reports.
+	var wg sync.WaitGroup
+	wctx, stopWatch := context.WithCancel(ctx)
+	wg.Go(func() { r.watch(wctx) })
+	defer wg.Wait()
+	defer stopWatch()
+	var gate earlyGate
+	fails := 0
+	want := func(gap time.Duration) {
+		now := cfg.Now()
+		at, scheduled := gate.next(now, gap)
+		if scheduled {
+			return
+		}
+		gate.due = at
+		early.Reset(at.Sub(now))
+	}
+	full := func() {
+		ok := r.report(ctx, r.take(tr, true))
+		resend.Stop()
+		if ok {
+			fails = 0
+			return
+		}
+		resend.Reset(min(resendAfter<<min(fails, 10), resendMax, cfg.ReportInterval))
+		fails++
+	}
 	// The first report goes at once: until a leader answers, the pod
 	// enforces nothing for budget limits (and is not ready).
-	r.report(ctx, r.s.counts.drain(), r.s.cfg.ReportInterval)
-	last := r.s.cfg.Now()
+	full()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-r.s.view.shrunk:
-			if gate.allow(r.s.cfg.Now()) {
-				settle.Reset(promptSettle)
-			}
-			continue
-		case <-settle.C:
 		case <-t.C:
+			full()
+		case <-resend.C:
+			full()
+		case <-check:
+			if r.feed(tr) && cfg.StepCheck > 0 {
+				want(stepGap)
+			}
+		case <-r.s.counts.fresh:
+			if r.feed(tr) {
+				want(stepGap)
+			}
+		case <-r.s.view.shrunk:
+			want(ackGap)
+		case <-early.C:
+			gate.last, gate.due = cfg.Now(), time.Time{}
+			if !r.report(ctx, r.take(tr, false)) {
+				resend.Reset(min(resendAfter<<min(fails, 10), resendMax, cfg.ReportInterval))
+				fails++
+			}
 		}
-		now := r.s.cfg.Now()
-		usage := r.s.counts.drain()
-		r.report(ctx, usage, now.Sub(last))
-		last = now
 	}
+}
+
+// watch keeps a watch stream open to the leader and applies what it pushes
+// (grants that changed, as they change: docs/protocol.md, "Pushes"). When
+// the stream ends (the leader changed, or the connection broke) it opens it
+// again, at once after a stream that delivered, else after a backoff.
+func (r *reporter) watch(ctx context.Context) {
+	backoff := resendAfter
+	for ctx.Err() == nil {
+		if r.watchOnce(ctx) {
+			backoff = resendAfter
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, r.s.cfg.ReportInterval)
+	}
+}
+
+// watchOnce runs one watch stream, and reports whether it delivered.
+func (r *reporter) watchOnce(ctx context.Context) bool {
+	lctx, cancel := context.WithTimeout(ctx, r.s.cfg.ReportTimeout)
+	cl, err := r.client(lctx)
+	cancel()
+	if err != nil {
+		return false
+	}
+	stream, err := cl.Watch(ctx, &allotv1.WatchRequest{Region: r.s.cfg.Region, Pod: r.s.cfg.Pod}, grpc.MaxCallRecvMsgSize(maxAnswerBytes))
+	if err != nil {
+		return false
+	}
+	got := false
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			if ctx.Err() == nil {
+				r.s.m.pushes.WithLabelValues("reconnect").Inc()
+				r.s.log.Debug("watch stream ended", "err", err)
+			}
+			return got
+		}
+		if !resp.GetAccepted() {
+			continue
+		}
+		r.s.view.pushed(answerFromPB(resp), r.s.cfg.Now())
+		r.s.m.pushes.WithLabelValues("applied").Inc()
+		got = true
+	}
+}
+
+// feed hands the counts since the last feed to the tracker, and reports
+// whether some tenant stepped.
+func (r *reporter) feed(tr *shares.Tracker) bool {
+	now := r.s.cfg.Now()
+	stepped := false
+	for t, u := range r.s.counts.drain(false) {
+		if tr.Add(now, t, u.Offered, u.Admitted) {
+			stepped = true
+		}
+	}
+	return stepped || tr.Steps() > 0
+}
+
+// outgoing is a report's usage: periodic (full), or early (partial: the
+// tenants that stepped, or none).
+type outgoing struct {
+	usage    map[string]shares.Usage
+	interval time.Duration
+	partial  bool
+}
+
+// take builds the next report from the tracker: with full every tenant's
+// counts since the last periodic report, else the tenants that stepped.
+func (r *reporter) take(tr *shares.Tracker, full bool) outgoing {
+	now := r.s.cfg.Now()
+	for t, u := range r.s.counts.drain(full) {
+		tr.Add(now, t, u.Offered, u.Admitted)
+	}
+	if full {
+		u, iv := tr.TakeAll(now)
+		return outgoing{usage: u, interval: iv}
+	}
+	u, iv := tr.TakeSteps(now)
+	r.s.m.earlyReports.WithLabelValues(earlyReason(len(u))).Inc()
+	return outgoing{usage: u, interval: max(iv, time.Millisecond), partial: true}
+}
+
+func earlyReason(steps int) string {
+	if steps > 0 {
+		return "step"
+	}
+	return "ack"
 }
 
 func (r *reporter) close() {
@@ -162,16 +316,19 @@ func (r *reporter) redirect(addr string) {
 	}
 }
 
-// report sends one report (following one redirect) and applies the answer.
-func (r *reporter) report(ctx context.Context, usage map[string]shares.Usage, interval time.Duration) {
+// report sends one report (following one redirect), applies the answer,
+// and reports whether a leader answered.
+func (r *reporter) report(ctx context.Context, out outgoing) bool {
 	term, applied, held := r.s.view.reportState()
+	r.seq++
 	req := &allotv1.ReportRequest{
-		Region: r.s.cfg.Region, Pod: r.s.cfg.Pod, IntervalMs: max(1, interval.Milliseconds()),
+		Region: r.s.cfg.Region, Pod: r.s.cfg.Pod, IntervalMs: max(1, out.interval.Milliseconds()),
 		Term: term, AppliedEpoch: applied, LivePods: int32(r.s.livePods()),
+		Seq: r.seq, Partial: out.partial,
 	}
 	req.Held, req.HeldSent = heldPB(held), held != nil
-	for t, u := range usage {
-		req.Usage = append(req.Usage, &allotv1.TenantUsage{Tenant: t, Offered: u.Offered, Admitted: u.Admitted})
+	for t, u := range out.usage {
+		req.Usage = append(req.Usage, &allotv1.TenantUsage{Tenant: t, Offered: u.Offered, Admitted: u.Admitted, Step: u.Step})
 	}
 	for attempt := 0; attempt < 2; attempt++ {
 		// The leader lookup reads etcd: bound it like the report, so a
@@ -184,7 +341,7 @@ func (r *reporter) report(ctx context.Context, usage map[string]shares.Usage, in
 			r.s.m.reports.WithLabelValues("no_leader").Inc()
 			r.s.log.Debug("no leader to report to", "err", err)
 			r.s.view.unanswered()
-			return
+			return false
 		}
 		rctx, cancel := context.WithTimeout(ctx, r.s.cfg.ReportTimeout)
 		// The lease counts from when the report was sent (monotonic clock).
@@ -196,21 +353,21 @@ func (r *reporter) report(ctx context.Context, usage map[string]shares.Usage, in
 			r.s.log.Warn("the leader says this pod's region is not in the policy: enforcing nothing for budget limits",
 				"region", r.s.cfg.Region)
 			r.s.view.removed()
-			return
+			return true
 		}
 		if status.Code(err) == codes.FailedPrecondition {
 			// The leader has no policy yet (it loads one at its next
 			// rebalance): not a failure of this pod's.
 			r.s.m.reports.WithLabelValues("no_policy").Inc()
 			r.s.log.Debug("the leader has no policy yet", "err", err)
-			return
+			return true
 		}
 		if err != nil {
 			r.s.m.reports.WithLabelValues("failed").Inc()
 			r.s.log.Debug("report failed", "err", err)
 			r.redirect("") // look the leader up again next time
 			r.s.view.unanswered()
-			return
+			return false
 		}
 		if !resp.GetAccepted() {
 			r.s.m.reports.WithLabelValues("redirected").Inc()
@@ -233,8 +390,9 @@ func (r *reporter) report(ctx context.Context, usage map[string]shares.Usage, in
 			r.s.m.reports.WithLabelValues("accepted").Inc()
 		}
 		r.s.view.answered(sentAt, answerFromPB(resp), r.s.cfg.Now())
-		return
+		return true
 	}
+	return false
 }
 
 // regionNotInPolicy reports whether a report was refused because the pod's

@@ -205,6 +205,17 @@ func (v *view) reportState() (term, applied uint64, held []shares.Entry) {
 
 // answered applies the leader's answer to the report sent at sentAt.
 func (v *view) answered(sentAt time.Time, a shares.Answer, now time.Time) {
+	v.apply(a, now, func() { v.pod.Answered(now, sentAt, a, v.ownTenantLocked) })
+}
+
+// pushed applies a push (an answer to no report, which renews no lease).
+func (v *view) pushed(a shares.Answer, now time.Time) {
+	v.apply(a, now, func() { v.pod.Pushed(now, a, v.ownTenantLocked) })
+}
+
+// apply applies answer a with fn, under the lock, and signals shrunk when
+// it shrank a grant.
+func (v *view) apply(a shares.Answer, now time.Time, fn func()) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	shrunk := false
@@ -213,7 +224,7 @@ func (v *view) answered(sentAt time.Time, a shares.Answer, now time.Time) {
 			shrunk = true
 		}
 	}
-	v.pod.Answered(now, sentAt, a, v.ownTenantLocked)
+	fn()
 	if (len(a.Entries) > 0 && !a.Learning) || a.Full {
 		// (A learning answer's entries only lower held floors.)
 		v.grantsAt = now

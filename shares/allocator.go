@@ -1221,6 +1221,12 @@ func (a *Allocator) apply(k int, s []slot, mode Mode, rate float64, burst int64,
 		}
 		if nr <= tiny {
 			nr = 0
+			if a.stepping && s[i].epoch == 0 {
+				// A zero first grant only retires the region's cold
+				// floor, which serves its pods meanwhile: on a step,
+				// leave that to the periodic pass.
+				continue
+			}
 		} else if nb < 1 {
 			// A positive rate needs a unit of burst and none is free yet.
 			continue

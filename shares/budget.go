@@ -203,8 +203,12 @@ func Floor(b Budget, regions []string, region string) (rate float64, burst int64
 	return fr, fb
 }
 
-// floorOne returns the floor of one (non-home) region of n.
+// floorOne returns the floor of one (non-home) region of n. A region alone
+// has the whole budget as its floor: no other region may need a share.
 func floorOne(b *Budget, n int) (float64, int64) {
+	if n == 1 {
+		return b.Rate, b.Burst
+	}
 	phi := b.floorFraction()
 	if phi <= 0 {
 		return 0, 0

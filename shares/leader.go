@@ -797,7 +797,7 @@ func (l *Leader) stepNow(i int, now time.Time) {
 			}
 			continue
 		}
-		l.stepOut = append(l.stepOut, l.stepTenant(int(k), now)...)
+		l.stepOut = append(l.stepOut, l.stepTenant(int(k), now, true)...)
 	}
 }
 
@@ -814,8 +814,10 @@ func (l *Leader) stepBudget(tenant string) *Budget {
 	return nil
 }
 
-// stepTenant rebalances tenant k on a step at now and records the changes.
-func (l *Leader) stepTenant(k int, now time.Time) []Change {
+// stepTenant rebalances tenant k alone at now and records the changes; with
+// step (it stepped, rather than its budget changed) no other step
+// rebalances it for StepHold.
+func (l *Leader) stepTenant(k int, now time.Time, step bool) []Change {
 	name := l.alloc.tenants[k].name
 	b := l.stepBudget(name)
 	if b == nil {
@@ -823,7 +825,7 @@ func (l *Leader) stepTenant(k int, now time.Time) []Change {
 	}
 	changes := l.alloc.rebalanceOne(now, k, b)
 	l.record(changes)
-	if l.cfg.StepHold > 0 {
+	if step && l.cfg.StepHold > 0 {
 		l.lastStep[name] = now
 	}
 	delete(l.stepDue, name)
@@ -832,22 +834,24 @@ func (l *Leader) stepTenant(k int, now time.Time) []Change {
 	return changes
 }
 
-// StepsDue returns when the earliest step a hold deferred is due (zero:
-// none). The coordinator calls FlushSteps then.
-func (l *Leader) StepsDue() time.Time {
-	var at time.Time
+// StepsDue reports whether a tenant is due for a rebalance of its own (a
+// step a hold deferred, or a budget SetBudgets changed), and when the
+// earliest is (the zero time: at once). The coordinator calls FlushSteps
+// then.
+func (l *Leader) StepsDue() (at time.Time, any bool) {
 	for _, t := range l.stepDue {
-		if at.IsZero() || t.Before(at) {
-			at = t
+		if !any || t.Before(at) {
+			at, any = t, true
 		}
 	}
-	return at
+	return at, any
 }
 
 // FlushSteps rebalances, at now, the tenants whose steps a hold deferred and
 // is over, and returns the changes (deliver them as Rebalance's).
 func (l *Leader) FlushSteps(now time.Time) []Change {
 	if l.Learning(now) || !l.rebalanced {
+		clear(l.stepDue) // (the first rebalance takes every tenant)
 		return nil
 	}
 	var names []string
@@ -859,9 +863,10 @@ func (l *Leader) FlushSteps(now time.Time) []Change {
 	sort.Strings(names) // deterministic epochs
 	var out []Change
 	for _, t := range names {
+		step := !l.stepDue[t].IsZero() // (zero: its budget changed)
 		delete(l.stepDue, t)
 		if k, ok := l.alloc.tIdx[t]; ok {
-			out = append(out, l.stepTenant(k, now)...)
+			out = append(out, l.stepTenant(k, now, step)...)
 		}
 	}
 	for t, at := range l.lastStep {
@@ -1143,7 +1148,23 @@ func (l *Leader) Busiest(n int) []string {
 // (SetDefault) while pods report its traffic. The leader keeps budgets:
 // the caller must not modify it afterwards. Call it when budgets change,
 // not every rebalance: it walks every entry.
+//
+// Every tenant whose budget changed (or was added or removed) is due for a
+// rebalance of its own (see FlushSteps), so that a change between two
+// rebalances takes effect as soon as the coordinator flushes.
 func (l *Leader) SetBudgets(budgets map[string]Budget) {
+	if l.budgets != nil {
+		for t, b := range budgets {
+			if old, ok := l.budgets[t]; !ok || !budgetEqual(&old, &b) {
+				l.stepDue[t] = time.Time{}
+			}
+		}
+		for t := range l.budgets {
+			if _, ok := budgets[t]; !ok {
+				l.stepDue[t] = time.Time{}
+			}
+		}
+	}
 	l.budgets = budgets
 	l.alloc.setBudgets(budgets)
 }

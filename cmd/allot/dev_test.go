@@ -102,10 +102,37 @@ func TestDevSubprocess(t *testing.T) {
 	}
 	decide := func() decideAnswer { return decideAs("t1") }
 	// Both are pinned to us-east: the leader moves each to its whole budget
-	// once the other regions acknowledged grants of zero, in the same passes
-	// (t1's never later than the probe's, being written first), and the pod
-	// takes them from its answers in epoch order. So once the probe admits
-	// exactly its burst of 3 at once, t1's key holds its whole budget too.
+	// once the other regions acknowledged grants of zero. The probe's
+	// traffic may have it moved sooner (a tenant's first requests are a
+	// step, rebalanced as they are reported), so first wait until the
+	// leader holds t1's whole budget in us-east; the pod has it pushed at
+	// once. Then once the probe admits exactly its burst of 3 at once (its
+	// key resting 700 ms between tries), t1's key holds its whole budget too.
+	wait.Until(t, 20*time.Second, func() error {
+		resp, err := http.Get(base + "/v1/shares/t1")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		var sv struct {
+			Regions []struct {
+				Region  string  `json:"region"`
+				Rate    float64 `json:"rate"`
+				Burst   int64   `json:"burst"`
+				Granted bool    `json:"granted"`
+			} `json:"regions"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&sv); err != nil {
+			return err
+		}
+		for _, r := range sv.Regions {
+			if r.Region == "us-east" && r.Granted && r.Rate == 5 && r.Burst == 3 {
+				return nil
+			}
+		}
+		return fmt.Errorf("the leader has not granted t1's whole budget to us-east yet: %+v", sv.Regions)
+	})
+	time.Sleep(700 * time.Millisecond) // the probe's key rests (3 units at 5/s)
 	wait.Until(t, 20*time.Second, func() error {
 		var got []decideAnswer
 		for range 4 {

@@ -23,6 +23,7 @@ type simOptions struct {
 	seed     uint64
 	seeds    int
 	network  string
+	compare  string
 }
 
 func simLong() string {
@@ -67,7 +68,9 @@ func newSimCmd(s *streams) *cobra.Command {
   allot sim --scenario skew-shift --format json
   allot sim --seeds 5 --out docs/sim         # mean and worst of 5 seeds, plots and results.md
   allot sim --scenario partition --seed 42
-  allot sim --network slow                   # every message delayed by up to P`,
+  allot sim --network slow                   # every message delayed by up to P
+  allot sim --format json > before.json      # then, after a change:
+  allot sim --compare before.json            # each measure beside its value before`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runSim(cmd, s, o)
@@ -80,6 +83,7 @@ func newSimCmd(s *streams) *cobra.Command {
 	f.Uint64Var(&o.seed, "seed", 1, "first seed")
 	f.IntVar(&o.seeds, "seeds", 1, "number of seeds (seed, seed+1, ...); reports mean and worst")
 	f.StringVar(&o.network, "network", "wan", "message delays: wan (50-150 ms each) or slow (up to one interval each)")
+	f.StringVar(&o.compare, "compare", "", "JSON of an earlier run (allot sim --format json) to show beside this one's: utilisation, shift loss and time to 90% read \"now (was then)\"")
 	return c
 }
 
@@ -99,6 +103,18 @@ func runSim(cmd *cobra.Command, s *streams, o simOptions) error {
 			return usagef("--scenario %q: unknown; valid: all, %s", o.scenario, strings.Join(sim.Names(), ", "))
 		}
 		specs = []*sim.Spec{spec}
+	}
+	var baseline []sim.Row
+	if o.compare != "" {
+		f, err := os.Open(o.compare)
+		if err != nil {
+			return fmt.Errorf("--compare: %w", err)
+		}
+		baseline, err = sim.ReadJSON(f)
+		_ = f.Close()
+		if err != nil {
+			return usagef("--compare %q: %v: want the output of allot sim --format json", o.compare, err)
+		}
 	}
 	for _, spec := range specs {
 		if err := spec.UseNetwork(o.network); err != nil {
@@ -144,6 +160,11 @@ func runSim(cmd *cobra.Command, s *streams, o simOptions) error {
 			}
 		}
 	}
+	if baseline != nil {
+		if n := sim.Compare(rows, baseline); n == 0 {
+			fmt.Fprintf(s.err, "sim: --compare %s has none of these scenarios and modes\n", o.compare)
+		}
+	}
 	if o.out != "" {
 		if err := writeResults(o, specs, rows); err != nil {
 			return err
@@ -171,7 +192,10 @@ func writePlots(dir string, spec *sim.Spec, runs []*sim.Result) error {
 }
 
 func writeResults(o simOptions, specs []*sim.Spec, rows []sim.Row) error {
-	cmdline := fmt.Sprintf("allot sim --scenario %s --seed %d --seeds %d --out %s", o.scenario, o.seed, o.seeds, o.out)
+	cmdline := fmt.Sprintf("allot sim --scenario %s --seed %d --seeds %d --network %s --out %s", o.scenario, o.seed, o.seeds, o.network, o.out)
+	if o.compare != "" {
+		cmdline += " --compare " + o.compare
+	}
 	var desc strings.Builder
 	for _, s := range specs {
 		fmt.Fprintf(&desc, "- `%s`: %s; %s.\n", s.Name, s.Description, sim.Describe(s))

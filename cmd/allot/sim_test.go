@@ -49,6 +49,7 @@ func TestSimUsage(t *testing.T) {
 		{[]string{"sim", "--scenario", "nope"}, "skew-shift"},
 		{[]string{"sim", "--format", "xml"}, "want table or json"},
 		{[]string{"sim", "--seeds", "0"}, "at least 1"},
+		{[]string{"sim", "--network", "lan"}, "--network"},
 		{[]string{"sim", "extra"}, "--help"},
 	}
 	for _, c := range cases {
@@ -83,5 +84,34 @@ func TestSimTableAndOut(t *testing.T) {
 	_, _, code = runCLI(t, "sim", "--help")
 	if code != 0 {
 		t.Errorf("allot sim --help = exit %d", code)
+	}
+}
+
+// --compare shows each measure beside its value in an earlier run's JSON
+// (here: the same scenario on the pessimistic network), and a file that is
+// not such JSON is a usage error naming the flag.
+func TestSimCompare(t *testing.T) {
+	before, errs, code := runCLI(t, "sim", "--scenario", "skew-shift", "--network", "slow", "--format", "json")
+	if code != 0 {
+		t.Fatalf("allot sim --network slow --format json = exit %d, stderr %q", code, errs)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "before.json")
+	if err := os.WriteFile(path, []byte(before), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code := runCLI(t, "sim", "--scenario", "skew-shift", "--compare", path)
+	if code != 0 {
+		t.Fatalf("allot sim --compare = exit %d, stderr %q", code, errs)
+	}
+	if n := strings.Count(out, "(was "); n < 3*3 {
+		t.Errorf("table has %d values beside a baseline's, want 3 per row (utilisation, shift loss, time to 90%%):\n%s", n, out)
+	}
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte("not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, errs, code := runCLI(t, "sim", "--scenario", "skew-shift", "--compare", bad); code != 2 || !strings.Contains(errs, "--compare") {
+		t.Errorf("--compare of a file that is not JSON: exit %d, stderr %q; want 2 naming --compare", code, errs)
 	}
 }

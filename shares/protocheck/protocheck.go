@@ -254,8 +254,11 @@ func (w *world) chance(p float64) bool { return w.rng.Float64() < p*w.opt.Faults
 
 func (w *world) setup() {
 	regions := slices.Clone(w.pool)
-	if w.rng.IntN(3) == 0 {
+	switch w.rng.IntN(6) {
+	case 0, 1:
 		regions = regions[:2]
+	case 2:
+		regions = regions[:1]
 	}
 	s := snapshot{regions: regions, budgets: map[string]shares.Budget{
 		"a": {Rate: 300, Burst: 60},
@@ -389,6 +392,14 @@ func (w *world) coordView(c *coord) {
 	if !slices.Equal(s.regions, c.regions) {
 		w.logf("coordinator %d: regions changed to %v: new term", c.id, s.regions)
 		w.startTerm(c)
+		return
+	}
+	if w.rng.IntN(2) == 0 {
+		// As the coordinator does, hand the budgets over as they change:
+		// those that changed are rebalanced when the leader flushes.
+		w.setCold(c)
+		c.lead.SetBudgets(maps.Clone(s.budgets))
+		w.nudge(c)
 	}
 }
 
@@ -654,7 +665,7 @@ func (w *world) nudge(c *coord) {
 			})
 		}
 	}
-	if due := c.lead.StepsDue(); !due.IsZero() {
+	if due, any := c.lead.StepsDue(); any {
 		lead := c.lead
 		w.at(max(due.Sub(w.clock()), 0), func() {
 			if c.lead != lead || !c.alive {
@@ -988,14 +999,16 @@ func (w *world) changeBudget() {
 func (w *world) changeRegions() {
 	s := w.cloneLast()
 	var next []string
-	if len(s.regions) == len(w.pool) {
-		drop := w.rng.IntN(len(w.pool))
-		for i, r := range w.pool {
+	switch {
+	case len(s.regions) == len(w.pool), len(s.regions) > 1 && w.rng.IntN(2) == 0:
+		// One region fewer (down to one alone, which has no floor split).
+		drop := w.rng.IntN(len(s.regions))
+		for i, r := range s.regions {
 			if i != drop {
 				next = append(next, r)
 			}
 		}
-	} else {
+	default:
 		next = slices.Clone(w.pool)
 	}
 	for t, b := range s.budgets {

@@ -85,6 +85,10 @@ type Row struct {
 	// 90% (both read "—").
 	NoEvents bool `json:"no_events"`
 
+	// Was is the same (scenario, mode) in a baseline run (see Compare),
+	// shown beside this row's values; nil: none.
+	Was *Row `json:"-"`
+
 	// Worst holds each measure at its worst seed.
 	Worst Worst `json:"worst"`
 }
@@ -194,6 +198,33 @@ func denyPct(r *Result) float64 {
 }
 
 // WriteJSON writes rows as one indented JSON array.
+// ReadJSON reads rows written by WriteJSON.
+func ReadJSON(r io.Reader) ([]Row, error) {
+	var rows []Row
+	if err := json.NewDecoder(r).Decode(&rows); err != nil {
+		return nil, fmt.Errorf("sim rows: %w", err)
+	}
+	return rows, nil
+}
+
+// Compare sets each row's Was to the baseline row of the same scenario and
+// mode, and returns how many found one.
+func Compare(rows, baseline []Row) int {
+	by := make(map[string]*Row, len(baseline))
+	for i := range baseline {
+		b := &baseline[i]
+		by[b.Scenario+"/"+string(b.Mode)] = b
+	}
+	n := 0
+	for i := range rows {
+		if b, ok := by[rows[i].Scenario+"/"+string(rows[i].Mode)]; ok {
+			rows[i].Was = b
+			n++
+		}
+	}
+	return n
+}
+
 func WriteJSON(w io.Writer, rows []Row) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -234,19 +265,29 @@ func cells(r Row) []string {
 		}
 		return mean
 	}
+	// was appends the baseline's mean, when there is one.
+	was := func(cell string, f func(Row) string) string {
+		if r.Was == nil {
+			return cell
+		}
+		return cell + " (was " + f(*r.Was) + ")"
+	}
 	return []string{
 		r.Scenario,
 		string(r.Mode),
 		fmt.Sprintf("%.0f", r.Offered),
 		fmt.Sprintf("%.0f", r.Admitted),
 		fmt.Sprintf("%.0f", r.Ideal),
-		both(fmt.Sprintf("%.1f%%", 100*r.Utilisation), fmt.Sprintf("%.1f%%", 100*r.Worst.Utilisation)),
+		was(both(fmt.Sprintf("%.1f%%", 100*r.Utilisation), fmt.Sprintf("%.1f%%", 100*r.Worst.Utilisation)),
+			func(b Row) string { return fmt.Sprintf("%.1f%%", 100*b.Utilisation) }),
 		both(fmt.Sprintf("%.0f", r.OverAdmission), fmt.Sprintf("%.0f", r.Worst.OverAdmission)),
 		both(fmt.Sprintf("%.2f%%", r.OverAdmissionPct), fmt.Sprintf("%.2f%%", r.Worst.OverAdmissionPct)),
 		both(fmt.Sprintf("%.1f%%", r.PeakExcessPct), fmt.Sprintf("%.1f%%", r.Worst.PeakExcessPct)),
 		both(fmtConv(r.ConvergenceS), fmtConv(r.Worst.ConvergenceS)),
-		eventCell(r, both(fmt.Sprintf("%.2fs", r.ShiftLossS), fmt.Sprintf("%.2fs", r.Worst.ShiftLossS))),
-		eventCell(r, both(fmtT90(r.TimeTo90S), fmtT90(r.Worst.TimeTo90S))),
+		eventCell(r, was(both(fmt.Sprintf("%.2fs", r.ShiftLossS), fmt.Sprintf("%.2fs", r.Worst.ShiftLossS)),
+			func(b Row) string { return fmt.Sprintf("%.2fs", b.ShiftLossS) })),
+		eventCell(r, was(both(fmtT90(r.TimeTo90S), fmtT90(r.Worst.TimeTo90S)),
+			func(b Row) string { return fmtT90(b.TimeTo90S) })),
 		both(fmt.Sprintf("%.1f%%", r.RegionErrorPct), fmt.Sprintf("%.1f%%", r.Worst.RegionErrorPct)),
 		both(fmt.Sprintf("%.1f", r.GrantChangesPerMin), fmt.Sprintf("%.1f", r.Worst.GrantChangesPerMin)),
 		fmt.Sprintf("%.2f%%", r.DenyPct),
@@ -317,6 +358,7 @@ func WriteMarkdown(w io.Writer, rows []Row, preamble string) error {
 
 // Describe returns a one-line summary of the reference setup of s.
 func Describe(s *Spec) string {
-	return fmt.Sprintf("R = %g/s, B = %d, %d regions × %d pods, P = %v, L = %v, %v simulated (warm-up %v)",
-		s.Budget.Rate, s.Budget.Burst, len(s.Regions), s.pods(), s.Interval, s.Lease, s.Duration.Round(time.Second), s.Warmup)
+	return fmt.Sprintf("R = %g/s, B = %d, %d regions × %d pods, P = %v, L = %v, messages delayed %v–%v, %v simulated (warm-up %v)",
+		s.Budget.Rate, s.Budget.Burst, len(s.Regions), s.pods(), s.Interval, s.Lease, s.Network.Report.Min, s.Network.Report.Max,
+		s.Duration.Round(time.Second), s.Warmup)
 }

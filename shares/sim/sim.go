@@ -756,8 +756,8 @@ func (w *world) scheduleFlush() {
 	if w.leader == nil {
 		return
 	}
-	due := w.leader.StepsDue()
-	if due.IsZero() {
+	due, any := w.leader.StepsDue()
+	if !any {
 		return
 	}
 	at := max(due.UnixMicro()-w.off, 0)

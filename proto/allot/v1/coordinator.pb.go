@@ -21,6 +21,59 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// WatchRequest names the pod that watches.
+type WatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Region        string                 `protobuf:"bytes,1,opt,name=region,proto3" json:"region,omitempty"`
+	Pod           string                 `protobuf:"bytes,2,opt,name=pod,proto3" json:"pod,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRequest) Reset() {
+	*x = WatchRequest{}
+	mi := &file_allot_v1_coordinator_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRequest) ProtoMessage() {}
+
+func (x *WatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_v1_coordinator_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
+func (*WatchRequest) Descriptor() ([]byte, []int) {
+	return file_allot_v1_coordinator_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *WatchRequest) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *WatchRequest) GetPod() string {
+	if x != nil {
+		return x.Pod
+	}
+	return ""
+}
+
 // TenantUsage is what a pod observed for one tenant during a report interval.
 type TenantUsage struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -28,14 +81,17 @@ type TenantUsage struct {
 	// Units requested (admitted and denied).
 	Offered float64 `protobuf:"fixed64,2,opt,name=offered,proto3" json:"offered,omitempty"`
 	// Units admitted.
-	Admitted      float64 `protobuf:"fixed64,3,opt,name=admitted,proto3" json:"admitted,omitempty"`
+	Admitted float64 `protobuf:"fixed64,3,opt,name=admitted,proto3" json:"admitted,omitempty"`
+	// The pod saw this tenant's offered rate step: the leader takes this
+	// rate at once and rebalances the tenant as the report arrives.
+	Step          bool `protobuf:"varint,4,opt,name=step,proto3" json:"step,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TenantUsage) Reset() {
 	*x = TenantUsage{}
-	mi := &file_allot_v1_coordinator_proto_msgTypes[0]
+	mi := &file_allot_v1_coordinator_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -47,7 +103,7 @@ func (x *TenantUsage) String() string {
 func (*TenantUsage) ProtoMessage() {}
 
 func (x *TenantUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_v1_coordinator_proto_msgTypes[0]
+	mi := &file_allot_v1_coordinator_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -60,7 +116,7 @@ func (x *TenantUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantUsage.ProtoReflect.Descriptor instead.
 func (*TenantUsage) Descriptor() ([]byte, []int) {
-	return file_allot_v1_coordinator_proto_rawDescGZIP(), []int{0}
+	return file_allot_v1_coordinator_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *TenantUsage) GetTenant() string {
@@ -84,6 +140,13 @@ func (x *TenantUsage) GetAdmitted() float64 {
 	return 0
 }
 
+func (x *TenantUsage) GetStep() bool {
+	if x != nil {
+		return x.Step
+	}
+	return false
+}
+
 type ReportRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Region string                 `protobuf:"bytes,1,opt,name=region,proto3" json:"region,omitempty"`
@@ -104,14 +167,21 @@ type ReportRequest struct {
 	Held []*Grant `protobuf:"bytes,8,rep,name=held,proto3" json:"held,omitempty"`
 	// held is set (it may be empty: the pod holds no grant). Without it an
 	// empty list cannot be told from none sent.
-	HeldSent      bool `protobuf:"varint,9,opt,name=held_sent,json=heldSent,proto3" json:"held_sent,omitempty"`
+	HeldSent bool `protobuf:"varint,9,opt,name=held_sent,json=heldSent,proto3" json:"held_sent,omitempty"`
+	// Numbers the pod's reports, from 1 up (0: not numbered): the leader
+	// ignores the usage of a report older than one it already took.
+	Seq uint64 `protobuf:"varint,10,opt,name=seq,proto3" json:"seq,omitempty"`
+	// An early report of only the tenants in usage (those whose rate
+	// stepped; none, to acknowledge a shrink at once): the leader keeps the
+	// pod's last rates of the others.
+	Partial       bool `protobuf:"varint,11,opt,name=partial,proto3" json:"partial,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_allot_v1_coordinator_proto_msgTypes[1]
+	mi := &file_allot_v1_coordinator_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -123,7 +193,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_v1_coordinator_proto_msgTypes[1]
+	mi := &file_allot_v1_coordinator_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -136,7 +206,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_allot_v1_coordinator_proto_rawDescGZIP(), []int{1}
+	return file_allot_v1_coordinator_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ReportRequest) GetRegion() string {
@@ -202,6 +272,20 @@ func (x *ReportRequest) GetHeldSent() bool {
 	return false
 }
 
+func (x *ReportRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ReportRequest) GetPartial() bool {
+	if x != nil {
+		return x.Partial
+	}
+	return false
+}
+
 // Grant is what a region's pods may enforce for one tenant (docs/protocol.md).
 type Grant struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -229,7 +313,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_allot_v1_coordinator_proto_msgTypes[2]
+	mi := &file_allot_v1_coordinator_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -241,7 +325,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_v1_coordinator_proto_msgTypes[2]
+	mi := &file_allot_v1_coordinator_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -254,7 +338,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_allot_v1_coordinator_proto_rawDescGZIP(), []int{2}
+	return file_allot_v1_coordinator_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Grant) GetTenant() string {
@@ -370,7 +454,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_allot_v1_coordinator_proto_msgTypes[3]
+	mi := &file_allot_v1_coordinator_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -382,7 +466,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_v1_coordinator_proto_msgTypes[3]
+	mi := &file_allot_v1_coordinator_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -395,7 +479,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_allot_v1_coordinator_proto_rawDescGZIP(), []int{3}
+	return file_allot_v1_coordinator_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ReportResponse) GetAccepted() bool {
@@ -514,11 +598,15 @@ var File_allot_v1_coordinator_proto protoreflect.FileDescriptor
 
 const file_allot_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
-	"\x1aallot/v1/coordinator.proto\x12\ballot.v1\"[\n" +
+	"\x1aallot/v1/coordinator.proto\x12\ballot.v1\"8\n" +
+	"\fWatchRequest\x12\x16\n" +
+	"\x06region\x18\x01 \x01(\tR\x06region\x12\x10\n" +
+	"\x03pod\x18\x02 \x01(\tR\x03pod\"o\n" +
 	"\vTenantUsage\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x18\n" +
 	"\aoffered\x18\x02 \x01(\x01R\aoffered\x12\x1a\n" +
-	"\badmitted\x18\x03 \x01(\x01R\badmitted\"\x9f\x02\n" +
+	"\badmitted\x18\x03 \x01(\x01R\badmitted\x12\x12\n" +
+	"\x04step\x18\x04 \x01(\bR\x04step\"\xcb\x02\n" +
 	"\rReportRequest\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x10\n" +
 	"\x03pod\x18\x02 \x01(\tR\x03pod\x12\x1f\n" +
@@ -529,7 +617,10 @@ const file_allot_v1_coordinator_proto_rawDesc = "" +
 	"\tlive_pods\x18\x06 \x01(\x05R\blivePods\x12\x12\n" +
 	"\x04term\x18\a \x01(\x04R\x04term\x12#\n" +
 	"\x04held\x18\b \x03(\v2\x0f.allot.v1.GrantR\x04held\x12\x1b\n" +
-	"\theld_sent\x18\t \x01(\bR\bheldSent\"\xfd\x01\n" +
+	"\theld_sent\x18\t \x01(\bR\bheldSent\x12\x10\n" +
+	"\x03seq\x18\n" +
+	" \x01(\x04R\x03seq\x12\x18\n" +
+	"\apartial\x18\v \x01(\bR\apartial\"\xfd\x01\n" +
 	"\x05Grant\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04rate\x18\x02 \x01(\x01R\x04rate\x12\x14\n" +
@@ -562,9 +653,10 @@ const file_allot_v1_coordinator_proto_rawDesc = "" +
 	"\x04pods\x18\r \x01(\x05R\x04pods\x12\"\n" +
 	"\fcoordinators\x18\x0e \x03(\tR\fcoordinators\x12\x1b\n" +
 	"\theld_term\x18\x0f \x01(\x04R\bheldTerm\x12\"\n" +
-	"\rleased_for_ms\x18\x10 \x01(\x03R\vleasedForMs2J\n" +
+	"\rleased_for_ms\x18\x10 \x01(\x03R\vleasedForMs2\x87\x01\n" +
 	"\vCoordinator\x12;\n" +
-	"\x06Report\x12\x17.allot.v1.ReportRequest\x1a\x18.allot.v1.ReportResponseB3Z1github.com/allot-dev/allot/proto/allot/v1;allotv1b\x06proto3"
+	"\x06Report\x12\x17.allot.v1.ReportRequest\x1a\x18.allot.v1.ReportResponse\x12;\n" +
+	"\x05Watch\x12\x16.allot.v1.WatchRequest\x1a\x18.allot.v1.ReportResponse0\x01B3Z1github.com/allot-dev/allot/proto/allot/v1;allotv1b\x06proto3"
 
 var (
 	file_allot_v1_coordinator_proto_rawDescOnce sync.Once
@@ -578,21 +670,24 @@ func file_allot_v1_coordinator_proto_rawDescGZIP() []byte {
 	return file_allot_v1_coordinator_proto_rawDescData
 }
 
-var file_allot_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_allot_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_allot_v1_coordinator_proto_goTypes = []any{
-	(*TenantUsage)(nil),    // 0: allot.v1.TenantUsage
-	(*ReportRequest)(nil),  // 1: allot.v1.ReportRequest
-	(*Grant)(nil),          // 2: allot.v1.Grant
-	(*ReportResponse)(nil), // 3: allot.v1.ReportResponse
+	(*WatchRequest)(nil),   // 0: allot.v1.WatchRequest
+	(*TenantUsage)(nil),    // 1: allot.v1.TenantUsage
+	(*ReportRequest)(nil),  // 2: allot.v1.ReportRequest
+	(*Grant)(nil),          // 3: allot.v1.Grant
+	(*ReportResponse)(nil), // 4: allot.v1.ReportResponse
 }
 var file_allot_v1_coordinator_proto_depIdxs = []int32{
-	0, // 0: allot.v1.ReportRequest.usage:type_name -> allot.v1.TenantUsage
-	2, // 1: allot.v1.ReportRequest.held:type_name -> allot.v1.Grant
-	2, // 2: allot.v1.ReportResponse.grants:type_name -> allot.v1.Grant
-	1, // 3: allot.v1.Coordinator.Report:input_type -> allot.v1.ReportRequest
-	3, // 4: allot.v1.Coordinator.Report:output_type -> allot.v1.ReportResponse
-	4, // [4:5] is the sub-list for method output_type
-	3, // [3:4] is the sub-list for method input_type
+	1, // 0: allot.v1.ReportRequest.usage:type_name -> allot.v1.TenantUsage
+	3, // 1: allot.v1.ReportRequest.held:type_name -> allot.v1.Grant
+	3, // 2: allot.v1.ReportResponse.grants:type_name -> allot.v1.Grant
+	2, // 3: allot.v1.Coordinator.Report:input_type -> allot.v1.ReportRequest
+	0, // 4: allot.v1.Coordinator.Watch:input_type -> allot.v1.WatchRequest
+	4, // 5: allot.v1.Coordinator.Report:output_type -> allot.v1.ReportResponse
+	4, // 6: allot.v1.Coordinator.Watch:output_type -> allot.v1.ReportResponse
+	5, // [5:7] is the sub-list for method output_type
+	3, // [3:5] is the sub-list for method input_type
 	3, // [3:3] is the sub-list for extension type_name
 	3, // [3:3] is the sub-list for extension extendee
 	0, // [0:3] is the sub-list for field type_name
@@ -609,7 +704,7 @@ func file_allot_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_allot_v1_coordinator_proto_rawDesc), len(file_allot_v1_coordinator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -20,6 +20,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Coordinator_Report_FullMethodName = "/allot.v1.Coordinator/Report"
+	Coordinator_Watch_FullMethodName  = "/allot.v1.Coordinator/Watch"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -30,6 +31,12 @@ const (
 // only the leader accepts reports, a follower answers with the leader's address.
 type CoordinatorClient interface {
 	Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*ReportResponse, error)
+	// Watch streams to one pod what changed in its region's grants, as the
+	// leader changes them: each message is a ReportResponse that renews no
+	// lease (lease_ms 0), which the pod applies as a late answer to its last
+	// report (docs/protocol.md, "Pushes"). The stream ends when the
+	// coordinator stops leading; the pod opens it again with the leader.
+	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReportResponse], error)
 }
 
 type coordinatorClient struct {
@@ -50,6 +57,25 @@ func (c *coordinatorClient) Report(ctx context.Context, in *ReportRequest, opts 
 	return out, nil
 }
 
+func (c *coordinatorClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReportResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Coordinator_ServiceDesc.Streams[0], Coordinator_Watch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchRequest, ReportResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Coordinator_WatchClient = grpc.ServerStreamingClient[ReportResponse]
+
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
@@ -58,6 +84,12 @@ func (c *coordinatorClient) Report(ctx context.Context, in *ReportRequest, opts 
 // only the leader accepts reports, a follower answers with the leader's address.
 type CoordinatorServer interface {
 	Report(context.Context, *ReportRequest) (*ReportResponse, error)
+	// Watch streams to one pod what changed in its region's grants, as the
+	// leader changes them: each message is a ReportResponse that renews no
+	// lease (lease_ms 0), which the pod applies as a late answer to its last
+	// report (docs/protocol.md, "Pushes"). The stream ends when the
+	// coordinator stops leading; the pod opens it again with the leader.
+	Watch(*WatchRequest, grpc.ServerStreamingServer[ReportResponse]) error
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -70,6 +102,9 @@ type UnimplementedCoordinatorServer struct{}
 
 func (UnimplementedCoordinatorServer) Report(context.Context, *ReportRequest) (*ReportResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Report not implemented")
+}
+func (UnimplementedCoordinatorServer) Watch(*WatchRequest, grpc.ServerStreamingServer[ReportResponse]) error {
+	return status.Error(codes.Unimplemented, "method Watch not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
 func (UnimplementedCoordinatorServer) testEmbeddedByValue()                     {}
@@ -110,6 +145,17 @@ func _Coordinator_Report_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(CoordinatorServer).Watch(m, &grpc.GenericServerStream[WatchRequest, ReportResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Coordinator_WatchServer = grpc.ServerStreamingServer[ReportResponse]
+
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -122,6 +168,12 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Coordinator_Report_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Watch",
+			Handler:       _Coordinator_Watch_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "allot/v1/coordinator.proto",
 }
