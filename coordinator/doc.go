@@ -2,7 +2,10 @@
 // etcd, turns the traffic regional pods report into grants every rebalance
 // interval and answers each pod's report with its lease and its region's
 // grants that changed since the epoch the pod applied (shares.Leader; the
-// rules are in docs/protocol.md). Nothing per grant is written to etcd.
+// rules are in docs/protocol.md). A report that says a tenant's rate stepped
+// is rebalanced as it arrives, and every change is pushed to the pods of its
+// region that watch (Coordinator.Watch). Nothing per grant is written to
+// etcd.
 // Followers answer reports with the leader's address. It also serves the
 // admin API (budgets, policy, shares, status) over HTTP JSON and gRPC, one
 // implementation behind both, and a status page.

@@ -32,17 +32,22 @@
 // compaction or a lost watch); the region's grants, the lease, the cold
 // floor and the fail-open share come in the leader's answers to this pod's
 // reports (the changes since the epoch it applied, or all of them for a pod
-// of another term). The lease is counted on this pod's monotonic clock from
+// of another term), and in what the leader pushes on the pod's watch
+// stream as it changes them (the same, without a lease). The lease is counted on this pod's monotonic clock from
 // when the report was sent, minus Config.Drift. A change of the policy or a
 // budget lowers the floors of the grants held, never raises them.
 //
 // Reporting: offered and admitted units per tenant are counted with atomics
-// (no lock on the hot path) and sent to the leader every ReportInterval, and
-// at once on start, and once more (at most once per interval) soon after an
-// answer lowers a tenant's rate or burst, so that the leader, which may hold a grow
-// elsewhere until this acknowledgement, need not wait a whole interval; a
-// report that fails is dropped. At most Config.MaxTenants tenants are
-// counted at once; tenants idle for three reports are forgotten.
+// (no lock on the hot path), handed to a shares.Tracker every StepCheck, and
+// sent to the leader every ReportInterval and at once on start. Early
+// reports go between (docs/protocol.md, "Early reports"): a tenant whose
+// offered rate stepped, or one counted for the first time, at most every
+// 100 ms; an acknowledgement within 20 ms of an answer or push that lowers a
+// tenant's rate or burst, since the leader may hold a grow elsewhere until
+// it; and, after a report failed (its counts are dropped), another after
+// 250 ms and then every 500 ms until one is answered. At most
+// Config.MaxTenants tenants are counted at once; tenants idle for three
+// reports are forgotten.
 //
 // Clocks: GCRA time is the store's (Redis TIME); Config.Now (the pod's
 // clock) only times leases and reports.

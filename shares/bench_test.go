@@ -3,6 +3,7 @@ package shares_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -145,4 +146,69 @@ func BenchmarkReport(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(cpuTime(b)-cpu)/float64(b.N), "cpu-ns/op")
+}
+
+// BenchmarkTrackerScale is a pod's Tracker under N active tenants: every
+// 50 ms each tenant's counts since the last look are added (what the
+// reporter does with its counters), and every 2 s a periodic report takes
+// them all. One op is one second of that: 20 looks and half a report. It
+// reports the CPU per tenant-second (ns-per-tenant-s) and the heap per
+// tenant once every tenant is tracked (heap-B/tenant).
+func BenchmarkTrackerScale(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprintf("tenants=%d", n), func(b *testing.B) {
+			names := make([]string, n)
+			for i := range names {
+				names[i] = fmt.Sprintf("tenant-%07d", i)
+			}
+			now := time.Unix(1_800_000_000, 0)
+			var before, after runtimeMem
+			before.read()
+			tr, err := shares.NewTracker(now, shares.TrackerConfig{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			look := func() {
+				now = now.Add(50 * time.Millisecond)
+				for _, t := range names {
+					x := float64(rng.IntN(10))
+					tr.Add(now, t, x, x)
+				}
+			}
+			for range 40 { // two seconds, so every tenant was reported once
+				look()
+			}
+			tr.TakeSteps(now)
+			tr.TakeAll(now)
+			after.read()
+			heap := float64(after.heap-before.heap) / float64(n)
+			b.ResetTimer()
+			start := cpuTime(b)
+			for i := range b.N {
+				for range 20 {
+					look()
+				}
+				if i%2 == 1 {
+					tr.TakeSteps(now)
+					tr.TakeAll(now)
+				}
+			}
+			b.ReportMetric(float64(cpuTime(b)-start)/float64(b.N)/float64(n), "ns-per-tenant-s")
+			b.ReportMetric(heap, "heap-B/tenant")
+			if tr.Tenants() != n {
+				b.Fatalf("the tracker holds %d tenants, want %d", tr.Tenants(), n)
+			}
+		})
+	}
+}
+
+// runtimeMem reads the live heap after a collection.
+type runtimeMem struct{ heap uint64 }
+
+func (m *runtimeMem) read() {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	m.heap = ms.HeapAlloc
 }

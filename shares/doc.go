@@ -10,9 +10,12 @@
 // tenant, the term and epoch of the grants it holds); [Leader.Report]
 // answers with an [Answer]: a lease and the region's grants that changed
 // since that epoch (all of them for a pod of another term), the cold floor
-// and the pod's fail-open share. [Leader.Rebalance] (every interval) and
-// [Leader.Grow] (when acknowledgements make room) change grants. Each pod
-// keeps a [Pod], which says what it enforces for a tenant. The protocol and
+// and the pod's fail-open share. [Leader.Rebalance] (every interval),
+// [Leader.Grow] (when acknowledgements make room), a report's steps (tenants
+// whose rate a pod's [Tracker] saw move, rebalanced as the report arrives)
+// and [Leader.FlushSteps] change grants; [Leader.Push] hands the changes to
+// pods that did not report. Each pod keeps a [Pod], which says what it
+// enforces for a tenant. The protocol and
 // why it keeps the budget is docs/protocol.md; package protocheck checks it
 // under seeded faults.
 //

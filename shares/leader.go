@@ -65,6 +65,16 @@ type LeaderConfig struct {
 }
 
 // Validate checks c. Errors name the field.
+// A pod that reports without a lease has its tenants rebalanced as steps,
+// unless it reports more than maxLeaseSteps of them: then the next periodic
+// rebalance takes them all at once, cheaper than one by one (and within an
+// interval). maxStepOut bounds the changes a Leader keeps for ReportChanges
+// between reports.
+const (
+	maxLeaseSteps = 1000
+	maxStepOut    = 4096
+)
+
 // DefaultStepHold is the StepHold allot uses: about one message delay
 // between regions.
 const DefaultStepHold = 100 * time.Millisecond
@@ -369,6 +379,9 @@ func (l *Leader) Report(now time.Time, r PodReport) (Answer, error) {
 		return Answer{}, fmt.Errorf("%w: %q already has %d", ErrTooManyPods, r.Region, l.cfg.MaxPodsPerRegion)
 	}
 	l.stats.Reports++
+	if cap(l.stepOut) > maxStepOut {
+		l.stepOut = nil // (do not hold on to a restarted pod's every change)
+	}
 	l.stepOut = l.stepOut[:0]
 	l.accumulate(reg, r, now)
 	learning := l.Learning(now) || !l.rebalanced || (r.Term != 0 && r.Term != l.cfg.Term && r.Held == nil)
@@ -437,7 +450,7 @@ func (l *Leader) Report(now time.Time, r PodReport) (Answer, error) {
 	// must not revoke its grants before (a report that carries no usage,
 	// such as an answer to a nudge, renews it too).
 	l.alloc.renew(i, now)
-	if !hadLease && !r.Partial && len(l.steps) == 0 {
+	if !hadLease && !r.Partial && len(l.steps) == 0 && len(r.Usage) <= maxLeaseSteps {
 		// A pod without a lease (new, restarted, or cut off and back):
 		// its rates are news to the allocator, which may have given its
 		// region's room away. Rebalance its tenants now, as steps.
