@@ -204,12 +204,18 @@ func TestShiftFollowsWithinASecond(t *testing.T) {
 	// I4 throughout: sampled every 5 ms.
 	var worst atomic.Int64 // Σ enforced, milli-units per second
 	wg.Go(func() {
-		for ctx.Err() == nil {
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
 			s := r.enforced("us-east", "t1") + r.enforced("eu-west", "t1")
 			if m := int64(s * 1000); m > worst.Load() {
 				worst.Store(m)
 			}
-			time.Sleep(5 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
 		}
 	})
 	wait.Until(t, 15*time.Second, func() error {
@@ -293,9 +299,12 @@ func TestNewTenantNotDenied(t *testing.T) {
 			start := time.Now()
 			var grantedAt time.Time
 			var forgiven, late int
+			pace := time.NewTicker(time.Second / 12)
+			defer pace.Stop()
 			for k := range 36 { // 3 s at 12/s
-				at := start.Add(time.Duration(k) * time.Second / 12)
-				time.Sleep(time.Until(at))
+				if k > 0 {
+					<-pace.C
+				}
 				if grantedAt.IsZero() && held() {
 					grantedAt = time.Now()
 				}

@@ -147,11 +147,11 @@ func (r *reporter) run(ctx context.Context) error {
 		case <-resend.C:
 			full()
 		case <-check:
-			if r.feed(tr) && cfg.StepCheck > 0 {
+			if r.feed(tr, false) {
 				want(stepGap)
 			}
 		case <-r.s.counts.fresh:
-			if r.feed(tr) {
+			if r.feed(tr, false) {
 				want(stepGap)
 			}
 		case <-r.s.view.shrunk:
@@ -216,17 +216,15 @@ func (r *reporter) watchOnce(ctx context.Context) bool {
 	}
 }
 
-// feed hands the counts since the last feed to the tracker, and reports
-// whether some tenant stepped.
-func (r *reporter) feed(tr *shares.Tracker) bool {
+// feed hands the counts since the last feed to the tracker (with evict, as
+// a periodic report does, forgetting idle tenants' counters), and reports
+// whether some tenant stepped and is not reported yet.
+func (r *reporter) feed(tr *shares.Tracker, evict bool) bool {
 	now := r.s.cfg.Now()
-	stepped := false
-	for t, u := range r.s.counts.drain(false) {
-		if tr.Add(now, t, u.Offered, u.Admitted) {
-			stepped = true
-		}
+	for t, u := range r.s.counts.drain(evict) {
+		tr.Add(now, t, u.Offered, u.Admitted)
 	}
-	return stepped || tr.Steps() > 0
+	return tr.Steps() > 0
 }
 
 // outgoing is a report's usage: periodic (full), or early (partial: the
@@ -240,10 +238,8 @@ type outgoing struct {
 // take builds the next report from the tracker: with full every tenant's
 // counts since the last periodic report, else the tenants that stepped.
 func (r *reporter) take(tr *shares.Tracker, full bool) outgoing {
+	r.feed(tr, full)
 	now := r.s.cfg.Now()
-	for t, u := range r.s.counts.drain(full) {
-		tr.Add(now, t, u.Offered, u.Admitted)
-	}
 	if full {
 		u, iv := tr.TakeAll(now)
 		return outgoing{usage: u, interval: iv}

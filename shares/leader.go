@@ -799,7 +799,7 @@ func (l *Leader) stepNow(i int, now time.Time) {
 			}
 		}
 		name := l.alloc.tenants[k].name
-		if l.stepBudget(name) == nil {
+		if _, ok := l.Budget(name); !ok {
 			continue
 		}
 		l.used(int(k), now)
@@ -814,29 +814,16 @@ func (l *Leader) stepNow(i int, now time.Time) {
 	}
 }
 
-// stepBudget returns the budget tenant is rebalanced under (its own, or the
-// default tier), or nil.
-func (l *Leader) stepBudget(tenant string) *Budget {
-	if own, ok := l.budgets[tenant]; ok {
-		return &own
-	}
-	if l.deflt != nil {
-		d := *l.deflt
-		return &d
-	}
-	return nil
-}
-
 // stepTenant rebalances tenant k alone at now and records the changes; with
 // step (it stepped, rather than its budget changed) no other step
 // rebalances it for StepHold.
 func (l *Leader) stepTenant(k int, now time.Time, step bool) []Change {
 	name := l.alloc.tenants[k].name
-	b := l.stepBudget(name)
-	if b == nil {
+	b, ok := l.Budget(name)
+	if !ok {
 		return nil
 	}
-	changes := l.alloc.rebalanceOne(now, k, b)
+	changes := l.alloc.rebalanceOne(now, k, &b)
 	l.record(changes)
 	if step && l.cfg.StepHold > 0 {
 		l.lastStep[name] = now
@@ -1276,9 +1263,8 @@ func (l *Leader) Pods(region string, now time.Time) []PodView {
 func (l *Leader) ReportChanges() []Change { return l.stepOut }
 
 // Nudges returns the regions whose grants changed since the last call, in
-// region order. Their pods hold the changes only once they report again:
-// a coordinator nudges them to report now (see docs/protocol.md, "Nudges")
-// rather than at their next interval.
+// region order: a coordinator pushes the changes to their pods (Push; see
+// docs/protocol.md, "Push") rather than leave them for their next reports.
 func (l *Leader) Nudges() []string {
 	var out []string
 	for i := range l.regs {

@@ -116,26 +116,19 @@ func (t *Tracker) roll(tr *track, now time.Time) bool {
 	return true
 }
 
-// window returns tr's offered and admitted units over its buckets, the span
-// they cover, and the same over the newest half of them.
-func (t *Tracker) window(tr *track, now time.Time) (off, adm float64, span time.Duration, rOff, rAdm float64, rSpan time.Duration) {
-	part := now.Sub(tr.bStart)
+// window returns tr's offered and admitted units over its buckets and the
+// span they cover.
+func (t *Tracker) window(tr *track, now time.Time) (off, adm float64, span time.Duration) {
 	for j := range trackerBuckets {
-		k := (tr.cur - j + trackerBuckets) % trackerBuckets
-		off += tr.bOff[k]
-		adm += tr.bAdm[k]
-		if j < trackerBuckets/2 {
-			rOff, rAdm = off, adm
-		}
+		off += tr.bOff[j]
+		adm += tr.bAdm[j]
 	}
-	span = time.Duration(trackerBuckets-1)*t.bucket + part
-	rSpan = time.Duration(trackerBuckets/2-1)*t.bucket + part
+	span = time.Duration(trackerBuckets-1)*t.bucket + now.Sub(tr.bStart)
 	// A tenant younger than the window counts from its first sight.
 	if age := now.Sub(tr.born); age < span {
 		span = max(age, t.bucket)
-		rSpan = min(rSpan, span)
 	}
-	return off, adm, span, rOff, rAdm, rSpan
+	return off, adm, span
 }
 
 // Add counts offered units of tenant at now, admitted of them admitted, and
@@ -181,7 +174,7 @@ func (t *Tracker) isStep(tr *track, now time.Time) bool {
 	}
 	// Only the offered rate: it is what demand is measured by. (A share
 	// denied moves with every grant change, which the leader made.)
-	off, _, span, _, _, _ := t.window(tr, now)
+	off, _, span := t.window(tr, now)
 	want := tr.refRate * span.Seconds()
 	d := math.Abs(off - want)
 	return d > t.cfg.Z*math.Sqrt(max(want, 1)) && d > t.cfg.MinChange*want
@@ -233,7 +226,7 @@ func (t *Tracker) TakeSteps(now time.Time) (usage map[string]Usage, interval tim
 func (t *Tracker) stepRate(tr *track, now time.Time) (off, adm float64, span time.Duration, buckets int) {
 	part := now.Sub(tr.bStart)
 	if !tr.refSet || now.Sub(tr.born) < 2*t.cfg.Window {
-		off, adm, span, _, _, _ = t.window(tr, now)
+		off, adm, span = t.window(tr, now)
 		return off, adm, max(span, t.bucket), trackerBuckets
 	}
 	best := -1.0

@@ -132,7 +132,6 @@ func TestDevSubprocess(t *testing.T) {
 		}
 		return fmt.Errorf("the leader has not granted t1's whole budget to us-east yet: %+v", sv.Regions)
 	})
-	time.Sleep(700 * time.Millisecond) // the probe's key rests (3 units at 5/s)
 	wait.Until(t, 20*time.Second, func() error {
 		var got []decideAnswer
 		for range 4 {
