@@ -687,6 +687,15 @@ func (a *Allocator) rebalance(now time.Time, deflt *Budget, idle func(k int) boo
 		case t.own:
 		case deflt != nil && (idle == nil || !idle(k)):
 			t.budget = *deflt
+		case retire && deflt != nil && a.legacyOverCold(k):
+			// Idle, but a region's pods may still enforce an older term's
+			// grant above the region's cold floor, which retiring cannot
+			// shrink: while they do, the other regions' leased pods must
+			// not enforce their cold floors (which sum to the whole
+			// default budget). A rebalance under the default tier gives
+			// those regions their first grants (zero ones, while the old
+			// grant fills the budget); retiring resumes once it is gone.
+			t.budget = *deflt
 		case retire:
 			var done bool
 			if out, done = a.retire(k, out); done {
@@ -792,6 +801,26 @@ func (a *Allocator) retire(k int, out []Change) ([]Change, bool) {
 		}
 	}
 	return out, done
+}
+
+// legacyOverCold reports whether some region's pods may enforce an older
+// term's grant of tenant k above the region's cold floor.
+func (a *Allocator) legacyOverCold(k int) bool {
+	n := a.n
+	s := a.slots[k*n : (k+1)*n]
+	for i := range n {
+		reg, sl := &a.regs[i], &s[i]
+		if sl.legR <= 0 && sl.legB <= 0 {
+			continue
+		}
+		if !(reg.legacy || sl.epoch == 0 || sl.first > reg.acked) {
+			continue // (its pods hold this term's grants)
+		}
+		if sl.legR > reg.curColdR*(1+eps) || sl.legB > reg.curColdB {
+			return true
+		}
+	}
+	return false
 }
 
 // viewLag is how long, in Intervals, after the leader saw a budget change

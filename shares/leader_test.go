@@ -1022,3 +1022,56 @@ func TestFloorChangeWaitsForLaggingViews(t *testing.T) {
 		t.Fatalf("a/1 holds %+v once every view is current, want its 30/s floor", g)
 	}
 }
+
+// A tenant of the default tier that went idle while a new leader learned
+// may still be enforced, in a region, at an older term's grant that fills
+// the whole budget (a region alone in the policy holds all of it): when the
+// region set grows, the new regions' leased pods must not enforce their cold
+// floors beside it. Retiring cannot shrink that grant, so the tenant is
+// rebalanced until it is gone.
+func TestIdleHeldGrantWhenRegionsGrow(t *testing.T) {
+	r := newRig(t, 1, []string{"a"}, map[string]shares.Budget{}, "a/1", "a/2")
+	r.cfg.First = true
+	r.newLeader(1)
+	r.converge("x", map[string]float64{"a": 40}, 6, rigDefault.Rate)
+	if g := r.grant("a/1", "x"); g.Rate < rigDefault.Rate*(1-1e-9) {
+		t.Fatalf("a/1 holds %+v of x in a one-region policy, want all of %v/s", g, rigDefault.Rate)
+	}
+
+	// The policy gains regions b and c: a new term, learning for the lease
+	// and a session TTL. a/1 keeps reporting for a while, then is cut off
+	// with a valid lease; x goes idle before learning ends.
+	r.regions = []string{"a", "b", "c"}
+	r.cfg.Config = shares.DefaultConfig(r.regions...)
+	r.cfg.Interval, r.cfg.Lease = time.Second, 5*time.Second
+	r.cfg.First, r.cfg.IdleTimeout = false, 2*time.Second
+	r.cfg.Learning, r.cfg.Deposed = r.cfg.Lease+2*time.Second, 2*time.Second
+	delete(r.pods, "a/2")
+	r.newLeader(2)
+	for _, id := range []string{"b/1", "b/2", "c/1"} {
+		r.addPod(id)
+	}
+	start := r.now
+	for r.l.Learning(r.now) {
+		for _, id := range r.ids() {
+			if id == "a/1" && r.now.Sub(start) > 4*time.Second {
+				continue // cut off
+			}
+			r.report(id, "t", 1, true)
+		}
+		r.rebalance()
+		r.safe("x", rigDefault.Rate, "learning")
+		r.step(500 * time.Millisecond)
+	}
+	if !r.pods["a/1"].Leased(r.now) || r.grant("a/1", "x").Rate < rigDefault.Rate*(1-1e-9) {
+		t.Fatalf("a/1 should still enforce x's whole budget under a renewed lease: %s", r.describe("x"))
+	}
+	for range 8 {
+		r.rebalance()
+		for _, id := range []string{"b/1", "b/2", "c/1"} {
+			r.report(id, "t", 1, true)
+			r.safe("x", rigDefault.Rate, "after learning, "+id+" answered")
+		}
+		r.step(500 * time.Millisecond)
+	}
+}
