@@ -810,13 +810,8 @@ func (a *Allocator) legacyOverCold(k int) bool {
 	s := a.slots[k*n : (k+1)*n]
 	for i := range n {
 		reg, sl := &a.regs[i], &s[i]
-		if sl.legR <= 0 && sl.legB <= 0 {
-			continue
-		}
-		if !(reg.legacy || sl.epoch == 0 || sl.first > reg.acked) {
-			continue // (its pods hold this term's grants)
-		}
-		if sl.legR > reg.curColdR*(1+eps) || sl.legB > reg.curColdB {
+		inForce := (sl.legR > 0 || sl.legB > 0) && (reg.legacy || sl.epoch == 0 || sl.first > reg.acked)
+		if inForce && (sl.legR > reg.curColdR*(1+eps) || sl.legB > reg.curColdB) {
 			return true
 		}
 	}
