@@ -62,6 +62,19 @@ type LeaderConfig struct {
 	// ValidTenant checks a reported tenant name; nil accepts any non-empty
 	// name.
 	ValidTenant func(string) error
+	// Roster, when RosterKnown, lists every pod an older term may have
+	// leased and whose lease may still be valid: the coordinator keeps it
+	// in etcd, where a leader adds a pod before it first leases it (a
+	// write guarded by its election, so that none lands once a newer
+	// leader could have read the roster). Learning then ends as soon as
+	// every pod of the roster has reported, after hearing of this term,
+	// that it holds nothing, or holds no valid lease, or holds what this
+	// term renewed — and no sooner than Deposed after the term started.
+	// From that report on, the pod ignores older terms' answers: what it
+	// may enforce is what this leader knows. Without a roster, or while a
+	// pod of it has not reported so, learning lasts Learning.
+	Roster      []PodKey
+	RosterKnown bool
 }
 
 // Validate checks c. Errors name the field.
@@ -128,7 +141,18 @@ type PodReport struct {
 	// Held lists the grants the pod holds from an older term than the
 	// answering leader's (see Pod.Held): their floors outlive the lease.
 	Held []Entry
+	// Heard, RenewedBy and Leased are the pod's standing (see
+	// Pod.Standing): the newest term it heard an answer of (from then on
+	// it ignores every other answer of an older term), the newest term
+	// whose learning answer renewed what it holds, and whether its lease
+	// was valid when it sent the report. With a roster they let a new
+	// leader end its learning early (see LeaderConfig.Roster).
+	Heard, RenewedBy uint64
+	Leased           bool
 }
+
+// PodKey names one pod: its region and its id.
+type PodKey struct{ Region, Pod string }
 
 // Entry is one tenant's grant in an [Answer].
 type Entry struct {
@@ -184,6 +208,9 @@ type LeaderStats struct {
 	Reordered int64
 	// Pushes counts the answers Push made.
 	Pushes int64
+	// EarlyEnd: how long after the term started learning ended, when the
+	// roster ended it early (0: it did not).
+	EarlyEnd time.Duration
 }
 
 // podRec is the leader's record of one pod.
@@ -255,6 +282,10 @@ type Leader struct {
 	// rebalanced: the first rebalance after learning ran; until then
 	// reports are answered as in learning.
 	rebalanced bool
+	// learnEnd: when learning ends (sooner once unknown, the roster's
+	// pods that have not yet fixed what they hold, is empty).
+	learnEnd time.Time
+	unknown  map[PodKey]struct{}
 }
 
 // NewLeader starts a term at now.
@@ -276,7 +307,46 @@ func NewLeader(now time.Time, cfg LeaderConfig) (*Leader, error) {
 		l.regs = append(l.regs, leaderRegion{name: r, pods: map[string]*podRec{}, current: map[string]Grant{},
 			latest: map[string]podUsage{}, wStart: now, dumpers: map[string]time.Time{}})
 	}
+	l.learnEnd = now.Add(cfg.Learning)
+	if cfg.First {
+		l.learnEnd = now
+	} else if cfg.RosterKnown {
+		l.unknown = make(map[PodKey]struct{}, len(cfg.Roster))
+		for _, k := range cfg.Roster {
+			l.unknown[k] = struct{}{}
+		}
+		l.rosterDone(now)
+	}
 	return l, nil
+}
+
+// fixes reports whether r, from a pod of the roster, fixes what the pod may
+// enforce of older terms: it heard of this term before sending r (so it
+// ignores older terms' answers since), and it holds no grant, or holds no
+// valid lease (its floors, which r lists, are all it may enforce), or holds
+// exactly what this term renewed (which r lists too).
+func (l *Leader) fixes(r *PodReport) bool {
+	if r.Heard < l.cfg.Term || r.Term >= l.cfg.Term {
+		return false
+	}
+	return r.Term == 0 || r.Held != nil && (!r.Leased || r.RenewedBy >= l.cfg.Term)
+}
+
+// rosterDone ends learning at now, or at Deposed after the term started if
+// later, once every pod of the roster has fixed what it holds.
+func (l *Leader) rosterDone(now time.Time) {
+	if len(l.unknown) > 0 {
+		return
+	}
+	end := l.start.Add(l.cfg.Deposed)
+	if end.Before(now) {
+		end = now
+	}
+	if end.Before(l.learnEnd) {
+		l.learnEnd = end
+		l.stats.EarlyEnd = end.Sub(l.start)
+	}
+	l.unknown = nil
 }
 
 // Term returns the leader's term.
@@ -288,12 +358,31 @@ func (l *Leader) Allocator() *Allocator { return l.alloc }
 // Learning reports whether the leader is still in its learning period at now.
 func (l *Leader) Learning(now time.Time) bool { return now.Before(l.LearningUntil()) }
 
-// LearningUntil returns when the learning period ends.
-func (l *Leader) LearningUntil() time.Time {
-	if l.cfg.First {
-		return l.start
+// LearningUntil returns when the learning period ends, as far as the
+// leader knows now: with a roster it may end sooner (see
+// LeaderConfig.Roster).
+func (l *Leader) LearningUntil() time.Time { return l.learnEnd }
+
+// RebalanceDue reports whether learning is over but the term's first
+// rebalance has not run: until it does, every report gets a learning
+// answer. A coordinator runs it at once when learning ends early.
+func (l *Leader) RebalanceDue(now time.Time) bool { return !l.rebalanced && !l.Learning(now) }
+
+// Prunable reports whether pod of region surely holds no lease of this or
+// any older term at now: the learning period (its full length: an older
+// term's lease that no report fixed ends by then) is over and this term
+// has not leased the pod or its lease surely ended. The coordinator drops
+// such pods from the roster.
+func (l *Leader) Prunable(now time.Time, region, pod string) bool {
+	if !l.cfg.First && now.Before(l.start.Add(l.cfg.Learning)) {
+		return false
 	}
-	return l.start.Add(l.cfg.Learning)
+	if i, ok := l.regIdx[region]; ok {
+		if p := l.regs[i].pods[pod]; p != nil && now.Before(p.expires) {
+			return false
+		}
+	}
+	return true
 }
 
 // Stats returns the counters.
@@ -384,6 +473,14 @@ func (l *Leader) Report(now time.Time, r PodReport) (Answer, error) {
 	}
 	l.stepOut = l.stepOut[:0]
 	l.accumulate(reg, r, now)
+	if l.unknown != nil && l.Learning(now) {
+		if k := (PodKey{r.Region, r.Pod}); l.fixes(&r) {
+			if _, ok := l.unknown[k]; ok {
+				delete(l.unknown, k)
+				l.rosterDone(now)
+			}
+		}
+	}
 	learning := l.Learning(now) || !l.rebalanced || (r.Term != 0 && r.Term != l.cfg.Term && r.Held == nil)
 	renew := learning && l.renewable(r)
 	if r.Term != l.cfg.Term && len(r.Held) > 0 {

@@ -84,8 +84,10 @@ func (r *rig) report(id, tenant string, offered float64, apply bool) shares.Answ
 	r.t.Helper()
 	p := r.pods[id]
 	term, applied := p.State()
+	heard, renewed, leased := p.Standing(r.now)
 	a, err := r.l.Report(r.now, shares.PodReport{Region: r.region[id], Pod: id, Term: term, Applied: applied,
-		Interval: time.Second, Usage: map[string]shares.Usage{tenant: {Offered: offered, Admitted: offered}}, Held: p.Held()})
+		Interval: time.Second, Usage: map[string]shares.Usage{tenant: {Offered: offered, Admitted: offered}}, Held: p.Held(),
+		Heard: heard, RenewedBy: renewed, Leased: leased})
 	if err != nil {
 		r.t.Fatalf("report of %s: %v", id, err)
 	}
@@ -416,12 +418,10 @@ func TestLearningRenewsHeldGrants(t *testing.T) {
 		r.newLeader(2)
 		r.l.SetBudgets(r.budgets)
 		p := r.pods["a/1"]
-		// The first answer of term 2 asks what a/1 holds.
-		if a, err := r.l.Report(sent, shares.PodReport{Region: "a", Pod: "a/1", Term: term, Applied: applied, Interval: time.Second}); err != nil || !a.Learning {
-			t.Fatalf("first answer of term 2: %+v, %v", a, err)
-		} else {
-			p.Answered(sent, sent, a, r.own("a/1"))
-		}
+		// a/1's last report went unanswered, so its next one says what it
+		// holds (it has not heard of term 2: an answer of term 1 still
+		// applies).
+		p.Unanswered()
 		renewal, err := r.l.Report(sent, shares.PodReport{Region: "a", Pod: "a/1", Term: term, Applied: applied,
 			Interval: time.Second, Held: p.Held(), Usage: map[string]shares.Usage{"t": {Offered: 10, Admitted: 10}}})
 		if err != nil || renewal.Lease == 0 {
@@ -1074,4 +1074,162 @@ func TestIdleHeldGrantWhenRegionsGrow(t *testing.T) {
 		}
 		r.step(500 * time.Millisecond)
 	}
+}
+
+// With a roster of the pods older terms leased, a new leader ends learning
+// once each of them has fixed what it holds (Deposed after the term started
+// at the soonest), not a lease and a session TTL later; a pod of the roster
+// that never reports, or one whose old lease it cannot renew, keeps it
+// learning; and a pod ignores an older leader's answers once it heard of the
+// newer term.
+func TestRosterEndsLearningEarly(t *testing.T) {
+	b := map[string]shares.Budget{"t": {Rate: 300, Burst: 60}}
+	demand := map[string]float64{"a": 400, "b": 100}
+	all := []string{"a/1", "a/2", "b/1", "b/2"}
+	setup := func() *rig {
+		r := newRig(t, 1, []string{"a", "b"}, b, all...)
+		r.cfg.Learning, r.cfg.Deposed = r.cfg.Lease+2*time.Second, 2*time.Second
+		r.newLeader(1)
+		r.learn("t", demand)
+		r.converge("t", demand, 10, 300)
+		return r
+	}
+	roster := func(r *rig, ids ...string) {
+		r.cfg.RosterKnown, r.cfg.Roster = true, nil
+		for _, id := range ids {
+			r.cfg.Roster = append(r.cfg.Roster, shares.PodKey{Region: r.region[id], Pod: id})
+		}
+	}
+	// run reports from every pod of ids each 250 ms until learning ends
+	// or limit passes, checking Σ; it returns how long learning lasted.
+	run := func(r *rig, limit time.Duration, ids ...string) time.Duration {
+		t.Helper()
+		start := r.now
+		for r.l.Learning(r.now) && r.now.Sub(start) < limit {
+			for _, id := range ids {
+				r.report(id, "t", demand[r.region[id]], true)
+			}
+			r.rebalance()
+			r.safe("t", 300, "learning")
+			r.step(250 * time.Millisecond)
+		}
+		return r.now.Sub(start)
+	}
+
+	t.Run("every pod reports", func(t *testing.T) {
+		r := setup()
+		before := r.sum("t")
+		roster(r, all...)
+		r.newLeader(2)
+		took := run(r, time.Minute, all...)
+		if took < r.cfg.Deposed || took > r.cfg.Deposed+500*time.Millisecond {
+			t.Fatalf("learning lasted %v, want Deposed (%v): every pod fixed what it holds within two reports", took, r.cfg.Deposed)
+		}
+		if e := r.l.Stats().EarlyEnd; e != r.cfg.Deposed {
+			t.Fatalf("EarlyEnd %v, want %v", e, r.cfg.Deposed)
+		}
+		if s := r.sum("t"); s < before-1e-9 {
+			t.Fatalf("pods enforce Σ %.1f/s after learning, want the %.1f/s they held", s, before)
+		}
+		// The first rebalance is due at once; then the term grants.
+		if !r.l.RebalanceDue(r.now) {
+			t.Fatal("RebalanceDue false right after learning ended")
+		}
+		demand2 := map[string]float64{"a": 100, "b": 400}
+		r.converge("t", demand2, 8, 300)
+		if g := r.grant("b/1", "t"); g.Rate < 150 {
+			t.Fatalf("b/1 holds %+v after the shift, want most of R", g)
+		}
+		if term, _ := r.pods["b/1"].State(); term != 2 {
+			t.Fatalf("b/1 holds grants of term %d, want 2", term)
+		}
+	})
+
+	t.Run("a pod of the roster is silent", func(t *testing.T) {
+		r := setup()
+		roster(r, all...)
+		r.newLeader(2)
+		if took := run(r, time.Minute, "a/1", "b/1", "b/2"); took < r.cfg.Learning {
+			t.Fatalf("learning lasted %v with a/2 silent, want the full %v", took, r.cfg.Learning)
+		}
+	})
+
+	t.Run("no roster", func(t *testing.T) {
+		r := setup()
+		r.newLeader(2)
+		if took := run(r, time.Minute, all...); took < r.cfg.Learning {
+			t.Fatalf("learning lasted %v without a roster, want the full %v", took, r.cfg.Learning)
+		}
+	})
+
+	t.Run("an empty roster", func(t *testing.T) {
+		r := setup()
+		// (Every pod of term 1 is dropped: none holds a lease.)
+		for _, id := range all {
+			r.pods[id].Removed()
+		}
+		roster(r)
+		r.newLeader(2)
+		if got := r.l.LearningUntil().Sub(r.now); got != r.cfg.Deposed {
+			t.Fatalf("learning lasts %v with an empty roster, want Deposed (%v)", got, r.cfg.Deposed)
+		}
+	})
+
+	t.Run("a lease it cannot renew", func(t *testing.T) {
+		r := setup()
+		// The budget was cut: no held grant is renewed, so each pod keeps
+		// its old lease until it lapses and only then fixes its floors.
+		cut := map[string]shares.Budget{"t": {Rate: 100, Burst: 20}}
+		roster(r, all...)
+		r.newLeader(2)
+		r.budgets = cut
+		r.l.SetBudgets(cut)
+		var lapse time.Duration
+		for _, id := range all {
+			lapse = max(lapse, r.pods[id].LeaseUntil().Sub(r.now))
+		}
+		start := r.now
+		for r.l.Learning(r.now) && r.now.Sub(start) < time.Minute {
+			for _, id := range all {
+				r.report(id, "t", demand[r.region[id]], true)
+			}
+			r.rebalance()
+			if r.now.Sub(start) >= lapse {
+				r.safe("t", 100, "learning after the cut, leases lapsed")
+			}
+			r.step(250 * time.Millisecond)
+		}
+		if took := r.now.Sub(start); took < lapse {
+			t.Fatalf("learning ended after %v, before the old leases lapsed (%v)", took, lapse)
+		}
+		r.converge("t", demand, 8, 100)
+	})
+
+	t.Run("older answers ignored once the newer term is heard", func(t *testing.T) {
+		r := setup()
+		old := r.l
+		p := r.pods["b/1"]
+		term, applied := p.State()
+		// Term 1 still runs (deposed, it has not noticed): demand moves to
+		// b, and its answer to b/1 carrying the grow is late.
+		for range 4 {
+			for _, id := range all {
+				r.report(id, "t", map[string]float64{"a": 10, "b": 400}[r.region[id]], id != "b/1")
+			}
+			r.rebalance()
+			r.step(time.Second)
+		}
+		late, err := old.Report(r.now, shares.PodReport{Region: "b", Pod: "b/1", Term: term, Applied: applied, Interval: time.Second})
+		if err != nil || len(late.Entries) == 0 {
+			t.Fatalf("term 1's answer: %+v, %v", late, err)
+		}
+		held := r.grant("b/1", "t")
+		roster(r, all...)
+		r.newLeader(2)
+		r.report("b/1", "t", 400, true) // heard of term 2
+		p.Answered(r.now, r.now, late, r.own("b/1"))
+		if g := r.grant("b/1", "t"); g != held {
+			t.Fatalf("b/1 applied term 1's late answer after hearing of term 2: holds %+v, had %+v", g, held)
+		}
+	})
 }

@@ -60,6 +60,14 @@ func (p *Pod) Held() []Entry {
 	return out
 }
 
+// Standing returns what the pod's next report says of its standing: the
+// newest term it heard an answer of (it ignores every other answer of an
+// older term from then on), the newest term that renewed the grants it
+// holds (see Answered), and whether its lease is valid at now.
+func (p *Pod) Standing(now time.Time) (heard, renewedBy uint64, leased bool) {
+	return p.leader, p.renewedBy, p.Leased(now)
+}
+
 // Unanswered records that a report got no answer from a leader (it failed,
 // or the coordinator it reached does not lead): until one answers, reports
 // carry what the pod holds, so that a new leader learns it (and can renew
@@ -111,7 +119,10 @@ func (p *Pod) Answered(now, sentAt time.Time, a Answer, own func(tenant string) 
 		}
 		return
 	}
-	if a.Term < p.term || a.Term < p.renewedBy {
+	if a.Term < p.leader || a.Term < p.term {
+		// An older term's, once the pod heard of a newer one: its reports
+		// since told the newer leader what the pod holds (see Standing),
+		// so nothing an older leader says may change it.
 		return
 	}
 	if a.Term > p.term {

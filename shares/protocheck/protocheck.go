@@ -96,6 +96,8 @@ type Result struct {
 	// grant changes rebalancing on a step made (as a report arrived, or
 	// when a hold ended).
 	Pushes, Steps int
+	// EarlyEnds counts the terms whose learning the roster ended early.
+	EarlyEnds int
 	// Admitted counts the units admitted per tenant (demand met within
 	// what pods enforced), and Ideal what one limiter would have admitted.
 	PeakRatio float64 // largest Σ/bound seen (≤ 1 when safe)
@@ -158,6 +160,9 @@ type coord struct {
 	regions []string      // the regions of its term
 	elected uint64        // its election's number
 	sub     uint64        // terms it started in that election
+	// roster: the pods it knows are on the roster (read when elected,
+	// plus its own writes since).
+	roster map[shares.PodKey]bool
 }
 
 type pod struct {
@@ -195,7 +200,15 @@ type world struct {
 	demand map[string]float64
 	idle   time.Duration // the leaders' IdleTimeout
 	hold   time.Duration // the leaders' StepHold
-	res    *Result
+	// roster: the pods any leader may have leased, as etcd holds them
+	// (nil: the leaders keep no roster and always learn for the full
+	// period). A leader adds a pod before it answers it, a write that
+	// fails unless it holds the election, and drops those it finds
+	// prunable.
+	roster map[shares.PodKey]bool
+	// leaders: every term's, to count early ends.
+	leaders []*shares.Leader
+	res     *Result
 	trace  []string
 	stop   bool
 }
@@ -226,6 +239,11 @@ func Run(seed uint64, opt Options) Result {
 	}
 	w.res.Events = w.events
 	w.res.Trace = w.trace
+	for _, l := range w.leaders {
+		if l.Stats().EarlyEnd > 0 {
+			w.res.EarlyEnds++
+		}
+	}
 	return *w.res
 }
 
@@ -272,6 +290,9 @@ func (w *world) setup() {
 	// long (c, or b once its record is deleted, when their demand stops).
 	w.idle = []time.Duration{0, 3 * time.Second, 6 * time.Second}[w.rng.IntN(3)]
 	w.hold = []time.Duration{0, shares.DefaultStepHold, 400 * time.Millisecond}[w.rng.IntN(3)]
+	if w.rng.IntN(4) != 0 {
+		w.roster = map[shares.PodKey]bool{}
+	}
 	for i := range 2 {
 		w.coords = append(w.coords, &coord{id: i, alive: true, stopAt: -1})
 	}
@@ -423,6 +444,9 @@ func (w *world) election() {
 	c.elected, c.sub = w.term, 0
 	c.leading = true
 	c.stopAt = -1
+	if w.roster != nil {
+		c.roster = maps.Clone(w.roster) // read once elected
+	}
 	w.startTerm(c)
 	for _, p := range w.pods {
 		w.deliverView(func() bool { return p.alive && !p.etcdCut }, func() { p.leader = c.id })
@@ -453,6 +477,13 @@ func (w *world) startTerm(c *coord) {
 		},
 	}
 	cfg.Interval, cfg.Lease = w.opt.Interval, w.opt.Lease
+	if c.roster != nil {
+		cfg.RosterKnown = true
+		for k := range c.roster {
+			cfg.Roster = append(cfg.Roster, k)
+		}
+		slices.SortFunc(cfg.Roster, func(a, b shares.PodKey) int { return strings.Compare(a.Region+"/"+a.Pod, b.Region+"/"+b.Pod) })
+	}
 	if w.opt.Mutate != nil {
 		w.opt.Mutate(&cfg)
 	}
@@ -460,6 +491,7 @@ func (w *world) startTerm(c *coord) {
 	if err != nil {
 		panic(err)
 	}
+	w.leaders = append(w.leaders, l)
 	c.lead = l
 	c.regions = slices.Clone(s.regions)
 	// (c.stopAt stays: a deposed leader that starts a term before it
@@ -519,7 +551,48 @@ func (w *world) tick() {
 			w.logf("coordinator %d rebalance: %s", c.id, changes(ch))
 		}
 		w.nudge(c)
+		w.prune(c)
 	}
+}
+
+// prune drops from the roster the pods c's leader finds prunable: a write
+// that fails unless c holds the election.
+func (w *world) prune(c *coord) {
+	if w.roster == nil || c.roster == nil || !c.leading || c.etcdCut {
+		return
+	}
+	now := w.clock()
+	var gone []string
+	for k := range c.roster {
+		if c.lead.Prunable(now, k.Region, k.Pod) {
+			delete(c.roster, k)
+			delete(w.roster, k)
+			gone = append(gone, k.Pod)
+		}
+	}
+	if len(gone) > 0 {
+		slices.Sort(gone)
+		w.logf("coordinator %d prunes the roster: %v", c.id, gone)
+	}
+}
+
+// admit puts p on the roster before c answers it, unless it is there:
+// false when the write fails (c does not hold the election, or etcd is out
+// of its reach).
+func (w *world) admit(c *coord, r *shares.PodReport) bool {
+	if w.roster == nil || c.roster == nil {
+		return true
+	}
+	k := shares.PodKey{Region: r.Region, Pod: r.Pod}
+	if c.roster[k] {
+		return true
+	}
+	if !c.leading || c.etcdCut {
+		w.logf("coordinator %d cannot add %s to the roster", c.id, r.Pod)
+		return false
+	}
+	c.roster[k], w.roster[k] = true, true
+	return true
 }
 
 func changes(cs []shares.Change) string {
@@ -576,9 +649,11 @@ func (w *world) report(p *pod, kind int) {
 	}
 	term, applied := p.st.State()
 	p.seq++
-	r := shares.PodReport{Region: p.region, Pod: p.id, Seq: p.seq, Term: term, Applied: applied, Interval: interval,
-		Usage: map[string]shares.Usage{}, LivePods: w.podsIn(p.region), Held: p.st.Held(), Partial: partial}
 	now := w.clock()
+	heard, renewed, leased := p.st.Standing(now)
+	r := shares.PodReport{Region: p.region, Pod: p.id, Seq: p.seq, Term: term, Applied: applied, Interval: interval,
+		Usage: map[string]shares.Usage{}, LivePods: w.podsIn(p.region), Held: p.st.Held(), Partial: partial,
+		Heard: heard, RenewedBy: renewed, Leased: leased}
 	for _, t := range tenantNames {
 		if kind == nudged || (kind == step && w.rng.IntN(3) == 0) {
 			continue
@@ -718,6 +793,12 @@ func (w *world) deliverReport(target int, p *pod, r shares.PodReport, sentAt tim
 		}
 		return
 	}
+	if !w.admit(c, &r) {
+		if answerToPod {
+			w.send(func() { p.st.Unanswered() })
+		}
+		return
+	}
 	w.res.Reports++
 	ans, err := c.lead.Report(w.clock(), r)
 	if err != nil {
@@ -768,10 +849,14 @@ func (w *world) applyAnswer(p *pod, ans shares.Answer, sentAt time.Time, push bo
 		}
 	}
 	own := func(t string) shares.Ceiling { return w.own(p, t) }
+	_, renewedBefore, _ := p.st.Standing(w.clock())
 	if push {
 		p.st.Pushed(w.clock(), ans, own)
 	} else {
 		p.st.Answered(w.clock(), sentAt, ans, own)
+	}
+	if _, renewed, _ := p.st.Standing(w.clock()); renewed > renewedBefore {
+		shrunk = true // (report soon: the leader learns the renewal applied)
 	}
 	if shrunk && (!p.promptSet || w.now-p.promptAt >= 20*time.Millisecond) {
 		p.promptSet, p.promptAt = true, w.now

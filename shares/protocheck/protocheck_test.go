@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/allot-dev/allot/shares"
 	"github.com/allot-dev/allot/shares/protocheck"
 )
 
@@ -37,6 +38,7 @@ func runSeeds(n int, opt protocheck.Options) (fails []protocheck.Result, total p
 				total.Renewals += r.Renewals
 				total.Pushes += r.Pushes
 				total.Steps += r.Steps
+				total.EarlyEnds += r.EarlyEnds
 				total.PeakRatio = max(total.PeakRatio, r.PeakRatio)
 				if r.Violation != nil {
 					fails = append(fails, r)
@@ -66,8 +68,8 @@ func TestProtocol(t *testing.T) {
 		n = 200
 	}
 	fails, total := runSeeds(n, protocheck.Options{})
-	t.Logf("%d seeds from %d: %d events, %d reports (%d rejected), %d terms, %d faults, %d tenants forgotten, %d learning renewals, %d pushes, %d step changes; peak Σ/R %.4f; %d violations",
-		n, *from, total.Events, total.Reports, total.Rejected, total.Terms, total.Faults, total.Forgotten, total.Renewals, total.Pushes, total.Steps, total.PeakRatio, len(fails))
+	t.Logf("%d seeds from %d: %d events, %d reports (%d rejected), %d terms (%d learned early), %d faults, %d tenants forgotten, %d learning renewals, %d pushes, %d step changes; peak Σ/R %.4f; %d violations",
+		n, *from, total.Events, total.Reports, total.Rejected, total.Terms, total.EarlyEnds, total.Faults, total.Forgotten, total.Renewals, total.Pushes, total.Steps, total.PeakRatio, len(fails))
 	if len(fails) > 0 {
 		f := fails[0]
 		r := protocheck.Run(f.Seed, protocheck.Options{})
@@ -82,4 +84,20 @@ func TestProtocol(t *testing.T) {
 		t.Fatalf("%d of %d seeds broke the invariant (%s); shortest: seed %d, %d events: %s\n%s",
 			len(fails), n, strings.Join(seedsFailed, " "), f.Seed, f.Events, r.Violation, strings.Join(tail, "\n"))
 	}
+}
+
+// The checker finds the hole when a leader trusts a roster that misses the
+// pods older terms leased: learning then ends Deposed after the term starts,
+// while their leases may still be valid.
+func TestCheckerFindsAnEmptyRoster(t *testing.T) {
+	n := 300
+	fails, _ := runSeeds(n, protocheck.Options{Mutate: func(c *shares.LeaderConfig) {
+		if !c.First {
+			c.Roster, c.RosterKnown = nil, true
+		}
+	}})
+	if len(fails) == 0 {
+		t.Fatalf("%d seeds with every leader trusting an empty roster: no violation found", n)
+	}
+	t.Logf("%d of %d seeds broke the invariant with an empty roster (first: seed %d: %s)", len(fails), n, fails[0].Seed, fails[0].Violation)
 }
