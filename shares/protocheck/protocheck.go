@@ -209,8 +209,8 @@ type world struct {
 	// leaders: every term's, to count early ends.
 	leaders []*shares.Leader
 	res     *Result
-	trace  []string
-	stop   bool
+	trace   []string
+	stop    bool
 }
 
 // Run runs one seed.
