@@ -290,8 +290,9 @@ type Allocator struct {
 	// acknowledgement retired a grant one of them waits for.
 	pending  []int
 	growable bool
-	// stepping: the pass running is rebalanceOne's.
-	stepping bool
+	// stepping: the pass running is rebalanceOne's; noSlew: it slews
+	// no grow (a term's first rebalance).
+	stepping, noSlew bool
 }
 
 // NewAllocator validates and copies cfg.
@@ -1104,7 +1105,7 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change, growOnly boo
 	// Slew: limit each rate's move per rebalance (not for full, nor
 	// pinned, nor on a step: its pods saw the demand move). Bursts are split by the targets before slew.
 	copy(a.ut, a.tr)
-	if a.cfg.Slew > 0 && !a.stepping && (mode == ModeRebalanced || mode == ModeStatic) {
+	if a.cfg.Slew > 0 && !a.stepping && !a.noSlew && (mode == ModeRebalanced || mode == ModeStatic) {
 		lim := a.cfg.Slew * R
 		over := sumCur > R*(1+eps) // the budget shrank: shrinks are not slewed
 		for i := range n {

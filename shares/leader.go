@@ -191,6 +191,12 @@ type Answer struct {
 	SharePods int
 	// Pods is how many pods of the region may hold a lease.
 	Pods int
+	// ReportNow (only in a push, with nothing else): the leader asks the
+	// pod to report at once. It holds an older term's grants under a lease
+	// this term renewed, and the term now grants: the answer to its next
+	// report carries them. A pod that holds this term's grants never gets
+	// one.
+	ReportNow bool
 }
 
 // LeaderStats is what a Leader counts, for metrics.
@@ -286,6 +292,9 @@ type Leader struct {
 	// pods that have not yet fixed what they hold, is empty).
 	learnEnd time.Time
 	unknown  map[PodKey]struct{}
+	// legacyClosed: since the last rebalance, a region's last pod that
+	// held an older term's grants reported this term's (RebalanceDue).
+	legacyClosed bool
 }
 
 // NewLeader starts a term at now.
@@ -366,7 +375,12 @@ func (l *Leader) LearningUntil() time.Time { return l.learnEnd }
 // RebalanceDue reports whether learning is over but the term's first
 // rebalance has not run: until it does, every report gets a learning
 // answer. A coordinator runs it at once when learning ends early.
-func (l *Leader) RebalanceDue(now time.Time) bool { return !l.rebalanced && !l.Learning(now) }
+// It also reports true once a region's pods all hold this term's grants
+// after some held an older term's: what those older grants kept from the
+// other regions is free once the region's acknowledgements say so.
+func (l *Leader) RebalanceDue(now time.Time) bool {
+	return !l.Learning(now) && (!l.rebalanced || l.legacyClosed)
+}
 
 // Prunable reports whether pod of region surely holds no lease of this or
 // any older term at now: the learning period (its full length: an older
@@ -472,6 +486,9 @@ func (l *Leader) Report(now time.Time, r PodReport) (Answer, error) {
 		l.stepOut = nil // (do not hold on to a restarted pod's every change)
 	}
 	l.stepOut = l.stepOut[:0]
+	// A report older than one the pod sent after it applied this term's
+	// grants (the network reordered them) says nothing of what it holds.
+	stale := r.Seq != 0 && r.Seq <= reg.latest[r.Pod].seq && prev != nil && prev.reported > 0
 	l.accumulate(reg, r, now)
 	if l.unknown != nil && l.Learning(now) {
 		if k := (PodKey{r.Region, r.Pod}); l.fixes(&r) {
@@ -499,9 +516,16 @@ func (l *Leader) Report(now time.Time, r PodReport) (Answer, error) {
 				l.used(k, now)
 			}
 		}
-		reg.dumpers[r.Pod] = now.Add(l.cfg.Lease)
-	} else if r.Term == l.cfg.Term {
+		if !stale {
+			reg.dumpers[r.Pod] = now.Add(l.cfg.Lease)
+		}
+	} else if _, ok := reg.dumpers[r.Pod]; ok && r.Term == l.cfg.Term {
 		delete(reg.dumpers, r.Pod)
+		if len(reg.dumpers) == 0 {
+			// The region's older grants no longer count in its ceilings
+			// once acknowledged: rebalance soon, not at the next tick.
+			l.legacyClosed = true
+		}
 	}
 	if learning {
 		// Learning; or a pod of an older term that has not said what it
@@ -622,7 +646,8 @@ func (l *Leader) Report(now time.Time, r PodReport) (Answer, error) {
 // holds, its lease unchanged. ok is false when there is nothing to push, or
 // the pod is not one the leader can push to (no lease, another term, behind
 // a forgotten tenant's tombstone, or the leader is learning): it gets what
-// changed in the answer to its next report.
+// changed in the answer to its next report. A pod whose older term's lease
+// this term renewed gets an answer with ReportNow instead.
 func (l *Leader) Push(now time.Time, region, pod string) (ans Answer, ok bool) {
 	i, found := l.regIdx[region]
 	if !found || l.Learning(now) || !l.rebalanced {
@@ -631,6 +656,12 @@ func (l *Leader) Push(now time.Time, region, pod string) (ans Answer, ok bool) {
 	reg := &l.regs[i]
 	p := reg.pods[pod]
 	epoch := l.alloc.regs[i].epoch
+	if p != nil && now.Before(p.expires) && p.reported == 0 && p.acked == 0 {
+		// Renewed while learning (see Report): it holds no grant of this
+		// term yet.
+		l.stats.Pushes++
+		return Answer{Term: l.cfg.Term, ReportNow: true}, true
+	}
 	if p == nil || !now.Before(p.expires) || p.reported == 0 || p.reported < l.alloc.regs[i].forgotten || epoch <= p.reported {
 		return Answer{}, false
 	}
@@ -1298,7 +1329,23 @@ func (l *Leader) Rebalance(now time.Time) []Change {
 		l.alloc.noteAll(now, l.deflt, idle)
 		return nil
 	}
+	if !l.rebalanced && l.stats.EarlyEnd > 0 {
+		// The term's first grants, after learning ended early: its demand
+		// estimates have the history of a few reports only, so each
+		// region's demand is what its pods report now, and no grow is
+		// slewed (as on a step).
+		for i := range l.regs {
+			reg := &l.regs[i]
+			for _, k := range reg.ratesIDs {
+				u := reg.rates[k]
+				l.alloc.setDemand(int(k), i, max(u.Offered, u.Admitted))
+			}
+		}
+		l.alloc.noSlew = true
+	}
+	l.legacyClosed = false
 	changes := l.alloc.rebalance(now, l.deflt, idle, true)
+	l.alloc.noSlew = false
 	l.record(changes)
 	clear(l.stepDue) // (rebalanced with the rest)
 	for j, t := range l.alloc.freed {

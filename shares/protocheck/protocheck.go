@@ -538,21 +538,26 @@ func (w *world) tick() {
 		if c.lead == nil || !c.alive {
 			continue
 		}
-		s := &w.snaps[c.view]
-		w.setCold(c) // the default tier, for every tenant without a budget
-		c.lead.SetBudgets(maps.Clone(s.budgets))
-		before := c.lead.Stats().Forgotten
-		ch := c.lead.Rebalance(w.clock())
-		if f := c.lead.Stats().Forgotten - before; f > 0 {
-			w.res.Forgotten += int(f)
-			w.logf("coordinator %d forgot %d tenant(s)", c.id, f)
-		}
-		if len(ch) > 0 {
-			w.logf("coordinator %d rebalance: %s", c.id, changes(ch))
-		}
-		w.nudge(c)
-		w.prune(c)
+		w.rebalance(c)
 	}
+}
+
+// rebalance runs c's leader's rebalance: on its tick, or when RebalanceDue.
+func (w *world) rebalance(c *coord) {
+	s := &w.snaps[c.view]
+	w.setCold(c) // the default tier, for every tenant without a budget
+	c.lead.SetBudgets(maps.Clone(s.budgets))
+	before := c.lead.Stats().Forgotten
+	ch := c.lead.Rebalance(w.clock())
+	if f := c.lead.Stats().Forgotten - before; f > 0 {
+		w.res.Forgotten += int(f)
+		w.logf("coordinator %d forgot %d tenant(s)", c.id, f)
+	}
+	if len(ch) > 0 {
+		w.logf("coordinator %d rebalance: %s", c.id, changes(ch))
+	}
+	w.nudge(c)
+	w.prune(c)
 }
 
 // prune drops from the roster the pods c's leader finds prunable: a write
@@ -732,11 +737,16 @@ func (w *world) nudge(c *coord) {
 				continue
 			}
 			w.res.Pushes++
-			w.logf("coordinator %d pushes to %s: epoch %d entries %d share 1/%d", c.id, p.id, ans.Epoch, len(ans.Entries), ans.SharePods)
+			w.logf("coordinator %d pushes to %s: epoch %d entries %d share 1/%d report now %v", c.id, p.id, ans.Epoch, len(ans.Entries), ans.SharePods, ans.ReportNow)
 			w.send(func() {
-				if p.alive && !p.coordCut {
-					w.applyAnswer(p, ans, time.Time{}, true)
+				if !p.alive || p.coordCut {
+					return
 				}
+				if ans.ReportNow {
+					w.report(p, nudged)
+					return
+				}
+				w.applyAnswer(p, ans, time.Time{}, true)
 			})
 		}
 	}
@@ -823,6 +833,10 @@ func (w *world) deliverReport(target int, p *pod, r shares.PodReport, sentAt tim
 		if ch := c.lead.Grow(w.clock()); len(ch) > 0 {
 			w.logf("coordinator %d grow: %s", c.id, changes(ch))
 		}
+	}
+	if c.lead.RebalanceDue(w.clock()) {
+		w.logf("coordinator %d: rebalance due", c.id)
+		w.rebalance(c)
 	}
 	w.nudge(c)
 	if !answerToPod {

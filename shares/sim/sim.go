@@ -71,6 +71,9 @@ type Result struct {
 	Terms           int
 	LearningAnswers int64
 	Renewals        int64
+	// Learned is how long each term after the first learned (the roster
+	// may end it early: see shares.LeaderConfig.Roster).
+	Learned []time.Duration
 	// PeakRateSum and PeakBurstSum are the largest sums over regions of
 	// the largest rate (and burst) any pod of the region enforced, at one
 	// instant (I4 wants ≤ R and ≤ B).
@@ -285,6 +288,8 @@ type world struct {
 	secOffered float64
 
 	res *Result
+	// termStart: when the current term started.
+	termStart time.Time
 
 	// trace, when set (by tests), is told of every message and change.
 	trace func(t int64, format string, args ...any)
@@ -389,11 +394,22 @@ func (w *world) startTerm(t int64, learning time.Duration) error {
 		w.endTerm()
 	}
 	w.term++
-	l, err := shares.NewLeader(w.at(t), shares.LeaderConfig{Config: w.cfg, Term: w.term, Learning: learning, StepHold: shares.DefaultStepHold})
+	cfg := shares.LeaderConfig{Config: w.cfg, Term: w.term, Learning: learning, StepHold: shares.DefaultStepHold}
+	if !w.spec.NoRoster && w.term > 1 {
+		// Every pod: each one reported to an older term.
+		cfg.RosterKnown = true
+		for _, ps := range w.pods {
+			cfg.Roster = append(cfg.Roster, shares.PodKey{Region: w.regions[ps.region].name, Pod: ps.id})
+		}
+	}
+	l, err := shares.NewLeader(w.at(t), cfg)
 	if err != nil {
 		return fmt.Errorf("leader term %d: %w", w.term, err)
 	}
-	w.leader, w.stepChanges = l, 0
+	// A coordinator hands a new leader the budgets at once (a learning
+	// answer renews only grants whose budget it knows).
+	l.SetBudgets(map[string]shares.Budget{Tenant: w.budget})
+	w.leader, w.stepChanges, w.termStart = l, 0, w.at(t)
 	w.res.Terms++
 	w.tracef(t, "term %d starts, learning for %v", w.term, learning)
 	return nil
@@ -405,6 +421,9 @@ func (w *world) endTerm() {
 		return
 	}
 	s := w.leader.Stats()
+	if w.term > 1 {
+		w.res.Learned = append(w.res.Learned, w.leader.LearningUntil().Sub(w.termStart))
+	}
 	w.stats.Reports += s.Reports
 	w.stats.Learning += s.Learning
 	w.stats.Renewed += s.Renewed
@@ -685,6 +704,7 @@ func (w *world) sendReport(k int, t int64, extra bool) {
 		LivePods: len(rs.pods),
 		Held:     ps.st.Held(),
 	}
+	rep.Heard, rep.RenewedBy, rep.Leased = ps.st.Standing(w.at(t))
 	if w.partitioned(ps.region, t) || w.rngNet.Float64() < w.spec.Network.LossReports {
 		w.res.LostReports++
 		w.resend(k, t)
@@ -830,6 +850,14 @@ func (w *world) receiveReport(n int, t int64) error {
 		// grow now rather than at the next rebalance.
 		w.changed(t, w.leader.Grow(w.at(t)))
 	}
+	if w.term > 1 && w.leader.RebalanceDue(w.at(t)) {
+		// The roster ended learning early, or a region's older grants
+		// stopped counting: rebalance now, not at the next tick (as the
+		// coordinator does; the run's first term, which stands for a
+		// system already running, keeps its first tick).
+		w.tracef(t, "rebalance due (learning ended %v after the term started)", w.leader.Stats().EarlyEnd)
+		w.rebalance(t)
+	}
 	w.nudge(t, sr.pod)
 	w.scheduleFlush()
 	return nil
@@ -853,6 +881,11 @@ func (w *world) answered(k, n int, t int64) {
 		}
 	}
 	own := w.regions[ps.region].own
+	_, renewedBefore, _ := ps.st.Standing(w.at(t))
+	if sa.push && sa.ans.ReportNow {
+		w.extraReport(k, t, true)
+		return
+	}
 	if sa.push {
 		ps.st.Pushed(w.at(t), sa.ans, func(string) shares.Ceiling { return own })
 	} else {
@@ -861,6 +894,9 @@ func (w *world) answered(k, n int, t int64) {
 	w.tracef(t, "%s answered (sent %dµs): term %d learning=%v full=%v epoch %d entries %+v",
 		ps.id, sa.sentAt, sa.ans.Term, sa.ans.Learning, sa.ans.Full, sa.ans.Epoch, sa.ans.Entries)
 	w.refreshAll(t)
+	if _, renewed, _ := ps.st.Standing(w.at(t)); renewed > renewedBefore {
+		shrunk = true // (the leader learns at once that the renewal applied)
+	}
 	if shrunk {
 		w.extraReport(k, t, true)
 	}

@@ -201,7 +201,13 @@ func TestFailover(t *testing.T) {
 	}
 	P := s.Interval
 	newTerm := f.At + f.Gap
-	learnedAt := newTerm + s.Lease + f.sessionTTL()
+	// Every pod reports within half a second of the new term (they retry
+	// failed reports that often), is renewed, and says so at once: the
+	// roster ends learning within a second, not Lease + TTL later.
+	if len(rb.Learned) != 1 || rb.Learned[0] > time.Second {
+		t.Errorf("the new term learned for %v, want under a second (the roster ends it once every pod fixed what it holds)", rb.Learned)
+	}
+	learnedAt := newTerm + rb.Learned[0]
 	// While the new term learns, no region enforces more than it held
 	// when the leader died (renewals keep what pods hold, never raise).
 	var held []float64
@@ -247,6 +253,12 @@ func TestFailover(t *testing.T) {
 	span := back - (f.At - 2*P + s.Lease - s.Drift)
 	bound := span.Seconds() * (s.Budget.Rate - floors) / float64(base.Ideal)
 	t.Logf("failover costs %.1f points of utilisation (bound %.1f: %v on floors at worst)", 100*(base.Utilisation-rb.Utilisation), 100*bound, span)
+	// Without a roster the term learns for Lease + TTL.
+	nr := *s
+	nr.NoRoster = true
+	if r := run(t, &nr, shares.ModeRebalanced, 1); len(r.Learned) != 1 || r.Learned[0] != s.Lease+f.sessionTTL() {
+		t.Errorf("without a roster the new term learned for %v, want %v", r.Learned, s.Lease+f.sessionTTL())
+	}
 	if rb.Utilisation < base.Utilisation-bound {
 		t.Errorf("failover utilisation %.3f, without failover %.3f: want within %.3f", rb.Utilisation, base.Utilisation, bound)
 	}

@@ -122,6 +122,9 @@ type Spec struct {
 	// shares.Tracker); NoNudges: the leader does not nudge the pods of a
 	// region whose grants changed to report. For comparison.
 	NoSteps, NoNudges bool
+	// NoRoster: a new term's leader has no roster of the pods older terms
+	// leased, so it learns for the whole Lease + SessionTTL.
+	NoRoster bool
 	// PeriodicReports makes pods report only on their period: no prompt
 	// report after applying a shrink. For comparison.
 	PeriodicReports bool
