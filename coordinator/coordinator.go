@@ -27,6 +27,13 @@ var ErrNoPolicy = state.ErrNoPolicy
 // ErrBadReport: a report names an unknown region or carries invalid counts.
 var ErrBadReport = errors.New("bad report")
 
+// ErrUnavailable: the leader cannot take the report now (it could not put
+// the pod on the roster in etcd); the pod retries.
+var ErrUnavailable = errors.New("unavailable")
+
+// rosterTimeout bounds one roster write.
+const rosterTimeout = 2 * time.Second
+
 // NotLeaderError is returned to a pod that reported to a follower.
 type NotLeaderError struct {
 	// Leader is the leader's gRPC address, or "" while there is none.
@@ -109,9 +116,19 @@ type term struct {
 	peers       []string // candidates' gRPC addresses
 	// grow asks the leader loop for an early grow pass: a report
 	// acknowledged a shrink that a deferred grow waits for; steps, to
-	// look again at when deferred steps are due. Buffered (1); senders
-	// never block.
-	grow, steps chan struct{}
+	// look again at when deferred steps are due; due, for a rebalance now
+	// (shares.Leader.RebalanceDue). Buffered (1); senders never block.
+	grow, steps, due chan struct{}
+	// fence guards this leadership's writes (its election key).
+	fence clientv3.Cmp
+	// roster: the pods on the roster as this leadership knows it (read
+	// when elected, plus its writes since; see docs/protocol.md, rule 4);
+	// rosterKnown: the read succeeded, so a new protocol term may end its
+	// learning early. rosterMu orders roster writes (adds and drops).
+	roster      map[shares.PodKey]bool
+	rosterKnown bool
+	rosterMu    sync.Mutex
+	learnedSet  bool // learnedSeconds set for the current protocol term
 }
 
 // termID is the protocol term of t's current shares.Leader: the election
@@ -345,12 +362,15 @@ func (c *Coordinator) observe(ctx context.Context, el *concurrency.Election) {
 
 func (c *Coordinator) lead(ctx, sctx context.Context, sess *concurrency.Session, el *concurrency.Election) error {
 	t := &term{
-		rev:   el.Rev(),
-		grow:  make(chan struct{}, 1),
-		steps: make(chan struct{}, 1),
+		rev:    el.Rev(),
+		grow:   make(chan struct{}, 1),
+		steps:  make(chan struct{}, 1),
+		due:    make(chan struct{}, 1),
+		roster: map[shares.PodKey]bool{},
 	}
 	// Record the term; the very first leader of a cluster need not learn.
 	fence := clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev())
+	t.fence = fence
 	for {
 		first, err := c.store.ClaimTerm(sctx, fence, t.termID()+1)
 		if err == nil {
@@ -367,6 +387,11 @@ func (c *Coordinator) lead(ctx, sctx context.Context, sess *concurrency.Session,
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+	// Read the roster: every pod an older leader may have leased is on it
+	// (a leader adds a pod before it leases it, under its fence, and every
+	// older fence is gone now). Without it the term learns for the whole
+	// lease and session TTL.
+	c.readRoster(sctx, t)
 	c.mu.Lock()
 	c.term = t
 	c.leader = LeaderInfo{ID: c.cfg.ID, GRPC: c.cfg.GRPCAddr, HTTP: c.cfg.HTTPAddr}
@@ -418,6 +443,8 @@ func (c *Coordinator) lead(ctx, sctx context.Context, sess *concurrency.Session,
 				return sctx.Err()
 			case <-tick:
 				ticked = true
+			case <-t.due:
+				ticked = true // (the roster ended learning early, or older grants stopped counting)
 			case <-t.grow:
 				c.growEarly(t)
 			case <-t.steps:
@@ -657,6 +684,11 @@ func (c *Coordinator) rebalance(ctx context.Context, t *term) error {
 		t.forgotten = f // (a new protocol term counts from 0)
 	}
 	learning := t.lead.Learning(now)
+	if !learning && !t.learnedSet {
+		t.learnedSet = true
+		c.m.learnedSeconds.Set(t.lead.LearningUntil().Sub(t.lead.Start()).Seconds())
+	}
+	prunable := c.prunable(t, now)
 	c.hist.sample(t.regions, t.lead.Busiest(historyTenants), t.lead.TenantRates)
 	if !learning {
 		c.hist.commit(now, t.lead.Allocator(), t.lead.Budget)
@@ -664,6 +696,7 @@ func (c *Coordinator) rebalance(ctx context.Context, t *term) error {
 	tenants := t.lead.Tenants()
 	c.mu.Unlock()
 
+	c.prune(ctx, t, prunable)
 	d := time.Since(start)
 	c.m.grantWrites.Add(float64(len(changes)))
 	c.m.rebalanceDuration.Observe(d.Seconds())
@@ -734,6 +767,14 @@ func (c *Coordinator) refreshPolicy(ctx context.Context, t *term) error {
 	t.sub++
 	cfg.First = t.first && t.sub == 1
 	cfg.Term = t.termID()
+	if t.rosterKnown {
+		cfg.RosterKnown = true
+		cfg.Roster = make([]shares.PodKey, 0, len(t.roster))
+		for k := range t.roster {
+			cfg.Roster = append(cfg.Roster, k)
+		}
+	}
+	t.learnedSet = false
 	lead, err := shares.NewLeader(c.cfg.Now(), cfg)
 	if err != nil {
 		return fmt.Errorf("leader: %w", err)
@@ -794,6 +835,17 @@ func (c *Coordinator) Report(_ context.Context, r PodReport) (ReportAnswer, erro
 		c.m.reports.WithLabelValues(r.Region, "no_policy").Inc()
 		return ReportAnswer{}, ErrNoPolicy
 	}
+	if !t.roster[shares.PodKey{Region: r.Region, Pod: r.Pod}] && slices.Contains(t.regions, r.Region) && validPod(r.Pod) {
+		// Put the pod on the roster before anything may lease it.
+		if err := c.addToRoster(t, r.Region, r.Pod); err != nil {
+			c.m.reports.WithLabelValues(r.Region, "roster_failed").Inc()
+			return ReportAnswer{}, err
+		}
+		if c.term != t || t.lead == nil {
+			c.m.reports.WithLabelValues(r.Region, "not_leader").Inc()
+			return ReportAnswer{}, &NotLeaderError{}
+		}
+	}
 	now := c.cfg.Now()
 	ans, err := t.lead.Report(now, r)
 	switch {
@@ -837,6 +889,12 @@ func (c *Coordinator) Report(_ context.Context, r PodReport) (ReportAnswer, erro
 		default:
 		}
 	}
+	if t.lead.RebalanceDue(now) {
+		select {
+		case t.due <- struct{}{}:
+		default:
+		}
+	}
 	return ReportAnswer{Answer: ans, Coordinators: t.peers}, nil
 }
 
@@ -848,4 +906,114 @@ func (c *Coordinator) logTenantCap() {
 		c.log.Warn("tenant cap reached: further tenants are not tracked (they stay on cold floors)",
 			"max_tenants", c.cfg.MaxTenants, "note", "counted in allot_coordinator_tenants_dropped_total; raise --max-tenants")
 	}
+}
+
+// readRoster reads the roster into t (a few tries: without it the first
+// protocol term learns for the whole lease and session TTL).
+func (c *Coordinator) readRoster(ctx context.Context, t *term) {
+	for try := range 3 {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		pods, err := c.store.Roster(rctx)
+		cancel()
+		if err == nil {
+			for _, p := range pods {
+				t.roster[shares.PodKey{Region: p.Region, Pod: p.Pod}] = true
+			}
+			t.rosterKnown = true
+			c.m.rosterPods.Set(float64(len(t.roster)))
+			return
+		}
+		c.log.Warn("read roster: a new term will learn for the whole lease and session TTL", "err", err, "try", try+1)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// validPod reports whether pod is a name the roster takes.
+func validPod(pod string) bool { return pod != "" && len(pod) <= 253 }
+
+// addToRoster puts a pod on t's roster, in etcd under t's fence, then in
+// t.roster. c.mu held; released meanwhile (t may have stopped leading when
+// it returns).
+func (c *Coordinator) addToRoster(t *term, region, pod string) error {
+	c.mu.Unlock()
+	defer c.mu.Lock()
+	t.rosterMu.Lock()
+	defer t.rosterMu.Unlock()
+	k := shares.PodKey{Region: region, Pod: pod}
+	c.mu.Lock()
+	have := t.roster[k]
+	c.mu.Unlock()
+	if have {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), rosterTimeout)
+	err := c.store.AddToRoster(ctx, t.fence, state.RosterPod{Region: region, Pod: pod})
+	cancel()
+	if err != nil {
+		c.m.rosterWrites.WithLabelValues("add", "failed").Inc()
+		c.log.Warn("cannot put a pod on the roster: its report is refused (it retries)", "region", region, "pod", pod, "err", err)
+		return fmt.Errorf("%w: record the pod in the roster: %w", ErrUnavailable, err)
+	}
+	c.m.rosterWrites.WithLabelValues("add", "ok").Inc()
+	c.mu.Lock()
+	t.roster[k] = true
+	c.m.rosterPods.Set(float64(len(t.roster)))
+	c.mu.Unlock()
+	return nil
+}
+
+// prunable lists the pods of t's roster whose leases surely ended
+// (shares.Leader.Prunable). c.mu held.
+func (c *Coordinator) prunable(t *term, now time.Time) []shares.PodKey {
+	var out []shares.PodKey
+	for k := range t.roster {
+		if t.lead.Prunable(now, k.Region, k.Pod) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// prune drops pods from t's roster: from t.roster first, under c.mu and
+// only if still prunable (a report that comes meanwhile puts its pod back,
+// through etcd, after the drop), then from etcd.
+func (c *Coordinator) prune(ctx context.Context, t *term, cands []shares.PodKey) {
+	if len(cands) == 0 {
+		return
+	}
+	t.rosterMu.Lock()
+	defer t.rosterMu.Unlock()
+	c.mu.Lock()
+	now := c.cfg.Now()
+	var drop []state.RosterPod
+	for _, k := range cands {
+		if t.lead != nil && t.roster[k] && t.lead.Prunable(now, k.Region, k.Pod) {
+			delete(t.roster, k)
+			drop = append(drop, state.RosterPod{Region: k.Region, Pod: k.Pod})
+		}
+	}
+	c.m.rosterPods.Set(float64(len(t.roster)))
+	c.mu.Unlock()
+	if len(drop) == 0 {
+		return
+	}
+	dctx, cancel := context.WithTimeout(ctx, rosterTimeout)
+	err := c.store.DropFromRoster(dctx, t.fence, drop...)
+	cancel()
+	if err != nil {
+		// The pods stay in etcd: a later leader waits for them, as for
+		// any pod that never reports. They are dropped again next time.
+		c.m.rosterWrites.WithLabelValues("drop", "failed").Inc()
+		c.mu.Lock()
+		for _, p := range drop {
+			t.roster[shares.PodKey{Region: p.Region, Pod: p.Pod}] = true
+		}
+		c.mu.Unlock()
+		return
+	}
+	c.m.rosterWrites.WithLabelValues("drop", "ok").Inc()
 }

@@ -123,16 +123,17 @@ func report(t *testing.T, n *node, region string, offered float64) (ReportAnswer
 func TestElectionFailoverAndFencing(t *testing.T) {
 	// resign: the leader shuts down and resigns. crash: its etcd client dies
 	// without resigning, so its session lapses after the TTL.
-	for _, crash := range []bool{false, true} {
-		name := "resign"
-		if crash {
-			name = "crash"
-		}
-		t.Run(name, func(t *testing.T) { testFailover(t, crash) })
+	// gone: a pod the old leader leased is gone, so the new leader cannot
+	// end its learning early.
+	for _, tc := range []struct {
+		name        string
+		crash, gone bool
+	}{{"resign", false, false}, {"crash", true, false}, {"a leased pod gone", false, true}} {
+		t.Run(tc.name, func(t *testing.T) { testFailover(t, tc.crash, tc.gone) })
 	}
 }
 
-func testFailover(t *testing.T, crash bool) {
+func testFailover(t *testing.T, crash, gone bool) {
 	srv := etcdtest.Start(t)
 	admin := state.New(srv.Client(t), "")
 	ctx := context.Background()
@@ -162,6 +163,9 @@ func testFailover(t *testing.T, crash bool) {
 	for _, r := range regions {
 		pods = append(pods, newTPod(r, r+"-0"), newTPod(r, r+"-1"))
 	}
+	if gone {
+		pods = append(pods, newTPod("us-east", "us-east-2"))
+	}
 	use := map[string]shares.Usage{"t42": {Offered: 10, Admitted: 10}}
 	eventually(t, 20*time.Second, func() error {
 		for _, p := range pods {
@@ -177,6 +181,9 @@ func testFailover(t *testing.T, crash bool) {
 		return nil
 	})
 	oldTerm, _ := pods[0].st.State()
+	if gone {
+		pods = pods[:len(pods)-1]
+	}
 
 	// End the leader's session: the other leads within the session TTL
 	// (plus the time to notice).
@@ -198,30 +205,72 @@ func testFailover(t *testing.T, crash bool) {
 		t.Errorf("failover took %v, want within the session TTL %v (+2s to notice)", took, first.c.cfg.SessionTTL)
 	}
 
-	// The new leader learns first: for Lease + SessionTTL it sends no grant
-	// and renews only the grants pods report holding, so every lease of the
-	// old term it does not know of expires first.
-	var learnUntil time.Time
+	// The new leader learns first: it sends no grant and renews only the
+	// grants pods report holding. Every pod the old leader leased is on the
+	// roster; once each has said what it holds (two reports), learning
+	// ends, instead of after Lease + SessionTTL, when every lease of the
+	// old term it does not know of has expired. With a leased pod gone, it
+	// waits that long.
+	var lead *shares.Leader
 	eventually(t, 5*time.Second, func() error {
 		second.c.mu.Lock()
 		defer second.c.mu.Unlock()
 		if second.c.term == nil || second.c.term.lead == nil {
 			return errors.New("no protocol term yet")
 		}
-		learnUntil = second.c.term.lead.LearningUntil()
+		lead = second.c.term.lead
 		return nil
 	})
-	for time.Now().Before(learnUntil.Add(-time.Second)) {
+	full := second.c.cfg.Lease + second.c.cfg.SessionTTL
+	every := time.NewTicker(100 * time.Millisecond)
+	defer every.Stop()
+	for learning := true; learning; {
 		for _, p := range pods {
 			ans, err := p.report(second.c, time.Now(), 100*time.Millisecond, use, true)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !ans.Learning || len(ans.Entries) != 0 || ans.Lease != 0 && ans.HeldTerm == 0 {
-				t.Fatalf("the learning leader answered %s with %+v", p.id, ans.Answer)
+			if ans.Learning {
+				if len(ans.Entries) != 0 || ans.Lease != 0 && ans.HeldTerm == 0 {
+					t.Fatalf("the learning leader answered %s with %+v", p.id, ans.Answer)
+				}
+				continue
 			}
+			learning = false
 		}
-		time.Sleep(200 * time.Millisecond)
+		if time.Since(lead.Start()) > full+5*time.Second {
+			t.Fatal("the new leader still learns")
+		}
+		<-every.C
+	}
+	second.c.mu.Lock()
+	learned := second.c.term.lead.LearningUntil().Sub(second.c.term.lead.Start())
+	second.c.mu.Unlock()
+	t.Logf("the new leader learned for %v (Lease + SessionTTL: %v)", learned, full)
+	if gone && learned != full {
+		t.Errorf("with a leased pod gone the new leader learned for %v, want the full %v", learned, full)
+	}
+	if gone {
+		// Its lease surely ended: the leader drops it from the roster, so
+		// that the next leader need not wait for it.
+		eventually(t, 5*time.Second, func() error {
+			on, err := admin.Roster(ctx)
+			if err != nil {
+				return err
+			}
+			for _, p := range on {
+				if p.Pod == "us-east-2" {
+					return errors.New("us-east-2 is still on the roster")
+				}
+			}
+			if len(on) != len(pods) {
+				return fmt.Errorf("roster holds %d pods, want the %d that report", len(on), len(pods))
+			}
+			return nil
+		})
+	}
+	if !gone && learned > time.Second {
+		t.Errorf("the new leader learned for %v, want under a second: every pod on the roster reported twice within it", learned)
 	}
 	// Then it grants, in a later term than the old leader's.
 	eventually(t, 10*time.Second, func() error {

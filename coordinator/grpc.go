@@ -56,7 +56,7 @@ func GRPCError(err error) error {
 		code = codes.Aborted
 	case errors.Is(err, ErrNoPolicy):
 		code = codes.FailedPrecondition
-	case errors.As(err, &nl):
+	case errors.As(err, &nl), errors.Is(err, ErrUnavailable):
 		code = codes.Unavailable
 	case errors.Is(err, context.DeadlineExceeded):
 		code = codes.DeadlineExceeded
@@ -80,6 +80,7 @@ func (g *grpcAPI) Report(ctx context.Context, r *allotv1.ReportRequest) (*allotv
 		Region: r.GetRegion(), Pod: r.GetPod(), Interval: time.Duration(r.GetIntervalMs()) * time.Millisecond,
 		Term: r.GetTerm(), Applied: r.GetAppliedEpoch(), Usage: usage, LivePods: int(r.GetLivePods()), Held: held,
 		Seq: r.GetSeq(), Partial: r.GetPartial(),
+		Heard: r.GetHeardTerm(), RenewedBy: r.GetRenewedBy(), Leased: r.GetLeased(),
 	})
 	var nl *NotLeaderError
 	if errors.As(err, &nl) {
@@ -107,6 +108,7 @@ func (g *grpcAPI) answerPB(ans shares.Answer) *allotv1.ReportResponse {
 		Term: ans.Term, Learning: ans.Learning, Full: ans.Full, Epoch: ans.Epoch, HeldTerm: ans.HeldTerm,
 		LeasedForMs: ans.LeasedFor.Milliseconds(),
 		ColdRate:    ans.Cold.Rate, ColdBurst: ans.Cold.Burst, SharePods: int32(ans.SharePods), Pods: int32(ans.Pods),
+		ReportNow:   ans.ReportNow,
 	}
 	if len(ans.Entries) > 0 {
 		out.Grants = make([]*allotv1.Grant, len(ans.Entries))

@@ -18,6 +18,9 @@ type metrics struct {
 	adminRequests     *prometheus.CounterVec
 	learning          prometheus.Gauge
 	renewals          *prometheus.CounterVec
+	rosterPods        prometheus.Gauge
+	rosterWrites      *prometheus.CounterVec
+	learnedSeconds    prometheus.Gauge
 	tenantsDropped    prometheus.Counter
 	tenantsForgotten  prometheus.Counter
 	answerGrants      prometheus.Counter
@@ -73,6 +76,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "allot_coordinator_pushes_total",
 			Help: "Answers pushed to watching pods without a report (their region's grants changed).",
 		}),
+		rosterPods: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "allot_coordinator_roster_pods",
+			Help: "Pods on the roster (pods a leader may have leased), as this leader knows it.",
+		}),
+		rosterWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_coordinator_roster_writes_total",
+			Help: "Roster writes, by op (add, drop) and result (ok, failed: a report so refused is retried by its pod).",
+		}, []string{"op", "result"}),
+		learnedSeconds: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "allot_coordinator_learned_seconds",
+			Help: "How long the current protocol term learned before granting (shorter than lease + session TTL when the roster ended it early).",
+		}),
 		watchers: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "allot_coordinator_watchers", Help: "Pods watching their region's grants on this coordinator.",
 		}),
@@ -93,7 +108,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.leader, m.terms, m.rebalances, m.rebalanceDuration, m.grantWrites, m.earlyGrows, m.reports, m.tenants, m.adminRequests, m.learning, m.tenantsDropped, m.tenantsForgotten, m.answerGrants, m.renewals, m.stepChanges, m.pushes, m.watchers} {
+	for _, c := range []prometheus.Collector{m.leader, m.terms, m.rebalances, m.rebalanceDuration, m.grantWrites, m.earlyGrows, m.reports, m.tenants, m.adminRequests, m.learning, m.tenantsDropped, m.tenantsForgotten, m.answerGrants, m.renewals, m.stepChanges, m.pushes, m.watchers, m.rosterPods, m.rosterWrites, m.learnedSeconds} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

@@ -30,9 +30,10 @@ func newTPod(region, id string) *tpod {
 // answer reaches the pod.
 func (p *tpod) report(c *Coordinator, now time.Time, interval time.Duration, usage map[string]shares.Usage, apply bool) (ReportAnswer, error) {
 	term, applied := p.st.State()
+	heard, renewed, leased := p.st.Standing(now)
 	ans, err := c.Report(context.Background(), PodReport{
 		Region: p.region, Pod: p.id, Interval: interval, Term: term, Applied: applied,
-		Usage: usage, LivePods: 2, Held: p.st.Held(),
+		Usage: usage, LivePods: 2, Held: p.st.Held(), Heard: heard, RenewedBy: renewed, Leased: leased,
 	})
 	if err != nil || !apply {
 		return ans, err

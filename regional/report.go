@@ -323,6 +323,7 @@ func (r *reporter) report(ctx context.Context, out outgoing) bool {
 		Seq: r.seq, Partial: out.partial,
 	}
 	req.Held, req.HeldSent = heldPB(held), held != nil
+	req.HeardTerm, req.RenewedBy, req.Leased = r.s.view.standing(r.s.cfg.Now())
 	for t, u := range out.usage {
 		req.Usage = append(req.Usage, &allotv1.TenantUsage{Tenant: t, Offered: u.Offered, Admitted: u.Admitted, Step: u.Step})
 	}
@@ -373,6 +374,7 @@ func (r *reporter) report(ctx context.Context, out outgoing) bool {
 			// renew it).
 			term, applied, held = r.s.view.reportState()
 			req.Term, req.AppliedEpoch, req.Held, req.HeldSent = term, applied, heldPB(held), held != nil
+			req.HeardTerm, req.RenewedBy, req.Leased = r.s.view.standing(r.s.cfg.Now())
 			continue
 		}
 		if p := resp.GetCoordinators(); len(p) > 0 {
@@ -430,7 +432,7 @@ func answerFromPB(resp *allotv1.ReportResponse) shares.Answer {
 		Full: resp.GetFull(), Epoch: resp.GetEpoch(), HeldTerm: resp.GetHeldTerm(),
 		LeasedFor: time.Duration(resp.GetLeasedForMs()) * time.Millisecond,
 		Cold:      shares.Ceiling{Rate: resp.GetColdRate(), Burst: resp.GetColdBurst()},
-		SharePods: int(resp.GetSharePods()), Pods: int(resp.GetPods()),
+		SharePods: int(resp.GetSharePods()), Pods: int(resp.GetPods()), ReportNow: resp.GetReportNow(),
 	}
 	if gs := resp.GetGrants(); len(gs) > 0 {
 		a.Entries = make([]shares.Entry, len(gs))

@@ -37,7 +37,9 @@ type view struct {
 	// shrunk is signalled (without blocking; buffered 1) when an answer
 	// lowers a tenant's rate or burst: the leader may be holding back a
 	// grow elsewhere until this pod acknowledges it, so the reporter
-	// reports soon rather than at its next tick.
+	// reports soon rather than at its next tick. Also when a new leader's
+	// renewal applied (its learning may end once it knows) and when the
+	// leader asks for a report (a push with ReportNow).
 	shrunk chan struct{}
 
 	// gen counts changes of the policy or budgets; tenant entries of an
@@ -203,6 +205,14 @@ func (v *view) reportState() (term, applied uint64, held []shares.Entry) {
 	return term, applied, v.pod.Held()
 }
 
+// standing is what a report says of the pod's standing at now (see
+// shares.Pod.Standing).
+func (v *view) standing(now time.Time) (heard, renewedBy uint64, leased bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.pod.Standing(now)
+}
+
 // answered applies the leader's answer to the report sent at sentAt.
 func (v *view) answered(sentAt time.Time, a shares.Answer, now time.Time) {
 	v.apply(a, now, func() { v.pod.Answered(now, sentAt, a, v.ownTenantLocked) })
@@ -210,7 +220,21 @@ func (v *view) answered(sentAt time.Time, a shares.Answer, now time.Time) {
 
 // pushed applies a push (an answer to no report, which renews no lease).
 func (v *view) pushed(a shares.Answer, now time.Time) {
+	if a.ReportNow {
+		// The leader asks for a report: it grants, and this pod holds an
+		// older term's grants it renewed.
+		v.signal()
+		return
+	}
 	v.apply(a, now, func() { v.pod.Pushed(now, a, v.ownTenantLocked) })
+}
+
+// signal asks the reporter for an early report (without blocking).
+func (v *view) signal() {
+	select {
+	case v.shrunk <- struct{}{}:
+	default:
+	}
 }
 
 // apply applies answer a with fn, under the lock, and signals shrunk when
@@ -224,16 +248,19 @@ func (v *view) apply(a shares.Answer, now time.Time, fn func()) {
 			shrunk = true
 		}
 	}
+	_, renewedBefore, _ := v.pod.Standing(now)
 	fn()
+	if _, renewed, _ := v.pod.Standing(now); renewed > renewedBefore {
+		// A new leader renewed what the pod holds: tell it at once that
+		// the renewal applied, so that its learning can end.
+		shrunk = true
+	}
 	if (len(a.Entries) > 0 && !a.Learning) || a.Full {
 		// (A learning answer's entries only lower held floors.)
 		v.grantsAt = now
 	}
 	if shrunk {
-		select {
-		case v.shrunk <- struct{}{}:
-		default:
-		}
+		v.signal()
 	}
 }
 

@@ -358,6 +358,9 @@ func (l *Leader) rosterDone(now time.Time) {
 	l.unknown = nil
 }
 
+// Start returns when the term started.
+func (l *Leader) Start() time.Time { return l.start }
+
 // Term returns the leader's term.
 func (l *Leader) Term() uint64 { return l.cfg.Term }
 

@@ -174,7 +174,16 @@ type ReportRequest struct {
 	// An early report of only the tenants in usage (those whose rate
 	// stepped; none, to acknowledge a shrink at once): the leader keeps the
 	// pod's last rates of the others.
-	Partial       bool `protobuf:"varint,11,opt,name=partial,proto3" json:"partial,omitempty"`
+	Partial bool `protobuf:"varint,11,opt,name=partial,proto3" json:"partial,omitempty"`
+	// The pod's standing: the newest term whose answer it applied (it ignores
+	// every other answer of an older term from then on), the newest term
+	// whose learning answer renewed the grants it holds, and whether its
+	// lease was valid when it sent the report. With them a new leader ends
+	// its learning as soon as every pod an older term may have leased told it
+	// what it holds (docs/protocol.md, rule 4).
+	HeardTerm     uint64 `protobuf:"varint,12,opt,name=heard_term,json=heardTerm,proto3" json:"heard_term,omitempty"`
+	RenewedBy     uint64 `protobuf:"varint,13,opt,name=renewed_by,json=renewedBy,proto3" json:"renewed_by,omitempty"`
+	Leased        bool   `protobuf:"varint,14,opt,name=leased,proto3" json:"leased,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -282,6 +291,27 @@ func (x *ReportRequest) GetSeq() uint64 {
 func (x *ReportRequest) GetPartial() bool {
 	if x != nil {
 		return x.Partial
+	}
+	return false
+}
+
+func (x *ReportRequest) GetHeardTerm() uint64 {
+	if x != nil {
+		return x.HeardTerm
+	}
+	return 0
+}
+
+func (x *ReportRequest) GetRenewedBy() uint64 {
+	if x != nil {
+		return x.RenewedBy
+	}
+	return 0
+}
+
+func (x *ReportRequest) GetLeased() bool {
+	if x != nil {
+		return x.Leased
 	}
 	return false
 }
@@ -447,7 +477,11 @@ type ReportResponse struct {
 	// A renewal applies only if the pod's lease is valid for at least this
 	// long after it applies the answer (a deposed leader may still act until
 	// then).
-	LeasedForMs   int64 `protobuf:"varint,16,opt,name=leased_for_ms,json=leasedForMs,proto3" json:"leased_for_ms,omitempty"`
+	LeasedForMs int64 `protobuf:"varint,16,opt,name=leased_for_ms,json=leasedForMs,proto3" json:"leased_for_ms,omitempty"`
+	// Only on the Watch stream, with nothing else set but term: the leader
+	// asks the pod to report at once (it holds grants of an older term that
+	// this term renewed, and this term now grants).
+	ReportNow     bool `protobuf:"varint,17,opt,name=report_now,json=reportNow,proto3" json:"report_now,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -594,6 +628,13 @@ func (x *ReportResponse) GetLeasedForMs() int64 {
 	return 0
 }
 
+func (x *ReportResponse) GetReportNow() bool {
+	if x != nil {
+		return x.ReportNow
+	}
+	return false
+}
+
 var File_allot_v1_coordinator_proto protoreflect.FileDescriptor
 
 const file_allot_v1_coordinator_proto_rawDesc = "" +
@@ -606,7 +647,7 @@ const file_allot_v1_coordinator_proto_rawDesc = "" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x18\n" +
 	"\aoffered\x18\x02 \x01(\x01R\aoffered\x12\x1a\n" +
 	"\badmitted\x18\x03 \x01(\x01R\badmitted\x12\x12\n" +
-	"\x04step\x18\x04 \x01(\bR\x04step\"\xcb\x02\n" +
+	"\x04step\x18\x04 \x01(\bR\x04step\"\xa1\x03\n" +
 	"\rReportRequest\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x10\n" +
 	"\x03pod\x18\x02 \x01(\tR\x03pod\x12\x1f\n" +
@@ -620,7 +661,12 @@ const file_allot_v1_coordinator_proto_rawDesc = "" +
 	"\theld_sent\x18\t \x01(\bR\bheldSent\x12\x10\n" +
 	"\x03seq\x18\n" +
 	" \x01(\x04R\x03seq\x12\x18\n" +
-	"\apartial\x18\v \x01(\bR\apartial\"\xfd\x01\n" +
+	"\apartial\x18\v \x01(\bR\apartial\x12\x1d\n" +
+	"\n" +
+	"heard_term\x18\f \x01(\x04R\theardTerm\x12\x1d\n" +
+	"\n" +
+	"renewed_by\x18\r \x01(\x04R\trenewedBy\x12\x16\n" +
+	"\x06leased\x18\x0e \x01(\bR\x06leased\"\xfd\x01\n" +
 	"\x05Grant\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04rate\x18\x02 \x01(\x01R\x04rate\x12\x14\n" +
@@ -633,7 +679,7 @@ const file_allot_v1_coordinator_proto_rawDesc = "" +
 	"\adropped\x18\a \x01(\bR\adropped\x12\x1f\n" +
 	"\vbudget_rate\x18\b \x01(\x01R\n" +
 	"budgetRate\x12!\n" +
-	"\fbudget_burst\x18\t \x01(\x03R\vbudgetBurst\"\xd3\x03\n" +
+	"\fbudget_burst\x18\t \x01(\x03R\vbudgetBurst\"\xf2\x03\n" +
 	"\x0eReportResponse\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x19\n" +
@@ -653,7 +699,9 @@ const file_allot_v1_coordinator_proto_rawDesc = "" +
 	"\x04pods\x18\r \x01(\x05R\x04pods\x12\"\n" +
 	"\fcoordinators\x18\x0e \x03(\tR\fcoordinators\x12\x1b\n" +
 	"\theld_term\x18\x0f \x01(\x04R\bheldTerm\x12\"\n" +
-	"\rleased_for_ms\x18\x10 \x01(\x03R\vleasedForMs2\x87\x01\n" +
+	"\rleased_for_ms\x18\x10 \x01(\x03R\vleasedForMs\x12\x1d\n" +
+	"\n" +
+	"report_now\x18\x11 \x01(\bR\treportNow2\x87\x01\n" +
 	"\vCoordinator\x12;\n" +
 	"\x06Report\x12\x17.allot.v1.ReportRequest\x1a\x18.allot.v1.ReportResponse\x12;\n" +
 	"\x05Watch\x12\x16.allot.v1.WatchRequest\x1a\x18.allot.v1.ReportResponse0\x01B3Z1github.com/allot-dev/allot/proto/allot/v1;allotv1b\x06proto3"
