@@ -108,7 +108,7 @@ func (g *grpcAPI) answerPB(ans shares.Answer) *allotv1.ReportResponse {
 		Term: ans.Term, Learning: ans.Learning, Full: ans.Full, Epoch: ans.Epoch, HeldTerm: ans.HeldTerm,
 		LeasedForMs: ans.LeasedFor.Milliseconds(),
 		ColdRate:    ans.Cold.Rate, ColdBurst: ans.Cold.Burst, SharePods: int32(ans.SharePods), Pods: int32(ans.Pods),
-		ReportNow:   ans.ReportNow,
+		ReportNow: ans.ReportNow,
 	}
 	if len(ans.Entries) > 0 {
 		out.Grants = make([]*allotv1.Grant, len(ans.Entries))
