@@ -633,7 +633,13 @@ func (c *cluster) shares(ctx context.Context, tenant string) (coordinator.Shares
 // metric sums the samples of a metric family whose labels include every
 // pair in match, from a pod's /metrics (Prometheus text format).
 func (c *cluster) metric(ctx context.Context, p *pod, name string, match map[string]string) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.httpAddr()+"/metrics", nil)
+	return c.metricAt(ctx, p.httpAddr(), name, match)
+}
+
+// metricAt is metric from the HTTP server at addr (a pod's or a
+// coordinator's).
+func (c *cluster) metricAt(ctx context.Context, addr, name string, match map[string]string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
 	if err != nil {
 		return 0, err
 	}

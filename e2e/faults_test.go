@@ -280,14 +280,20 @@ func pinned() *scenario {
 // failover kills the leading coordinator (SIGKILL: no resignation).
 func failover(topo topology) *scenario {
 	killAt := 15 * time.Second
+	shiftAt := killAt + time.Second
 	var claimed, rebalanced time.Duration
+	learned := -1.0
 	return &scenario{
 		name: "failover", tenant: "failover", rate: budgetR, burst: budgetB,
-		desc: fmt.Sprintf("1.5R offered 70/20/10%%; the leading coordinator is killed (SIGKILL) at %v. The other must lead within the session TTL (%v) + P and learn for L + TTL (L = %v) before it grants; meanwhile it renews the leases of the grants pods report holding, so admission does not fall; nothing is over-admitted. (The dotted grants are the new leader's: it holds none while it learns.)",
-			killAt, topo.SessionTTL, topo.Lease),
-		duration:  40 * time.Second,
-		demand:    skewed(),
-		events:    []time.Duration{0, killAt},
+		desc: fmt.Sprintf("1.5R offered 70/20/10%%, shifting to 10/20/70%% at %v; the leading coordinator is killed (SIGKILL) at %v, before the shift. The other must lead within the session TTL (%v) + P; it learns before it grants, renewing the leases of the grants pods report holding, until every pod on the roster has said what it holds (at most L + TTL, L = %v); then it follows the shift. Nothing is over-admitted. (The dotted grants are the new leader's: it holds none while it learns.)",
+			shiftAt, killAt, topo.SessionTTL, topo.Lease),
+		duration: 40 * time.Second,
+		demand: map[string]func(time.Duration) float64{
+			"us-east":  step(0.7*1.5*budgetR, 0.1*1.5*budgetR, shiftAt),
+			"eu-west":  constant(0.2 * 1.5 * budgetR),
+			"ap-south": step(0.1*1.5*budgetR, 0.7*1.5*budgetR, shiftAt),
+		},
+		events:    []time.Duration{0, shiftAt},
 		window:    [2]time.Duration{10 * time.Second, 40 * time.Second},
 		failovers: []sim.Failover{{At: killAt, Gap: topo.SessionTTL}},
 		act: func(ctx context.Context, t *testing.T, c *cluster, l *load, m *run) {
@@ -320,6 +326,8 @@ func failover(topo topology) *scenario {
 				m.errorf(t, "no new leader: %v", err)
 				return
 			}
+			// The simulator replays the election gap as measured.
+			m.sc.failovers = []sim.Failover{{At: killAt, Gap: claimed.Round(100 * time.Millisecond), SessionTTL: topo.SessionTTL}}
 			m.mark(l.elapsed(), "new leader")
 			err = eventually(ctx, 30*time.Second, func(ctx context.Context) error {
 				var st coordinator.Status
@@ -335,24 +343,44 @@ func failover(topo topology) *scenario {
 			if err != nil {
 				m.errorf(t, "the new leader never rebalanced: %v", err)
 			}
+			m.mark(shiftAt, "shift")
+			// How long it learned (set once learning ends).
+			_ = eventually(ctx, 30*time.Second, func(ctx context.Context) error {
+				v, err := c.metricAt(ctx, co.httpAddr(), "allot_coordinator_learned_seconds", nil)
+				if err != nil {
+					return err
+				}
+				if v <= 0 {
+					return errors.New("still learning")
+				}
+				learned = v
+				return nil
+			})
 		},
 		check: func(t *testing.T, c *cluster, m *run) {
 			// The killed leader's session lapses within its TTL; etcd
 			// checks lease expiry every 500 ms and the status is polled
 			// every 200 ms.
 			bound := topo.SessionTTL + time.Second
-			m.notef("new leader %v after the kill (session TTL %v; asserted ≤ TTL + 1s for etcd's expiry check and polling), its first rebalance %v after",
-				claimed.Round(10*time.Millisecond), topo.SessionTTL, rebalanced.Round(10*time.Millisecond))
+			m.notef("new leader %v after the kill (session TTL %v; asserted ≤ TTL + 1s for etcd's expiry check and polling), its first rebalance %v after; it learned for %.2f s (L + TTL = %v)",
+				claimed.Round(10*time.Millisecond), topo.SessionTTL, rebalanced.Round(10*time.Millisecond), learned, topo.Lease+topo.SessionTTL)
+			if learned < 0 || learned >= (topo.Lease+topo.SessionTTL).Seconds() {
+				m.errorf(t, "the new leader learned for %.2f s, want less than L + TTL = %v: every pod on the roster reports within a second", learned, topo.Lease+topo.SessionTTL)
+			}
 			if claimed > bound {
 				m.errorf(t, "new leader after %v, want within the session TTL %v (+1s)", claimed, topo.SessionTTL)
 			}
 			u := sum(m.series, killAt, killAt+10*time.Second)
-			m.notef("utilisation in the 10 s after the kill: %.1f%% (the new term learns for L + TTL = %v, renewing what pods hold)", 100*u.Admitted/math.Max(1, u.Ideal), topo.Lease+topo.SessionTTL)
-			// The new leader renews the leases of what pods hold while it
-			// learns: admission does not fall to the floors (it did, to
-			// about 10%, without renewals; 95.3% measured with them).
-			if u.Admitted < 0.85*u.Ideal {
-				m.errorf(t, "admission %.1f%% of the central limiter's in the 10 s after the kill, want ≥ 85%%: the learning leader did not keep pods leased", 100*u.Admitted/math.Max(1, u.Ideal))
+			m.notef("utilisation in the 10 s after the kill, the shift 1 s after it included: %.1f%% (nothing follows the shift until a leader leads)", 100*u.Admitted/math.Max(1, u.Ideal))
+			// Once it learned (every pod on the roster said what it holds,
+			// within a second), the new leader follows the shift: two
+			// intervals after its first rebalance admission is back. A
+			// leader learning for L + TTL would still hold the old split.
+			led := killAt + rebalanced.Truncate(time.Second) + time.Second
+			w := sum(m.series, led+2*topo.Interval, led+2*topo.Interval+8*time.Second)
+			m.notef("utilisation from 2P after the new leader's first rebalance, for 8 s: %.1f%%", 100*w.Admitted/math.Max(1, w.Ideal))
+			if w.Admitted < 0.9*w.Ideal {
+				m.errorf(t, "admission %.1f%% of the central limiter's from %v, 2P after the new leader's first rebalance, want ≥ 90%%: it did not follow the shift", 100*w.Admitted/math.Max(1, w.Ideal), led+2*topo.Interval)
 			}
 			// After the learning period and a few intervals to converge,
 			// admission is back.

@@ -53,9 +53,9 @@ func (r *reportBook) write(dir string) error {
 	fmt.Fprintf(&b, "Written by `go test%s ./e2e/` on %s, %v of scenarios. Real containers: %d etcd, %d coordinator(s), %d regions × (Redis + %d pods); P = %v (report and rebalance), L = %v, session TTL %v, lease drift %v. Load from this process over each pod's published gRPC port, Poisson arrivals.\n\n",
 		map[bool]string{true: " -tags e2e", false: ""}[r.suite == "full"], r.start.UTC().Format(time.RFC3339),
 		time.Since(r.start).Round(time.Second), t.Etcd, t.Coordinators, len(t.Regions), t.PodsPerRegion, t.Interval, t.Lease, t.SessionTTL, t.Drift)
-	b.WriteString("Measures (as `shares/sim` defines them): *admitted* and *ideal* (what one central GCRA with the same R and B admits of the same arrivals) are counted by send instant in the scenario's window; *over-admission* is the worst, over windows of W = 1, 10, 60 s, of admitted − (B + R·W), counting only decisions certainly inside the window (sent after its start, answered before its end); *convergence* is the time from an event until the world's and every region's admitted rate (3-s centred mean) stay within 5% of R of the ideal split d_i·min(1, R/D) for 5 s. The simulator runs the same demand profile, R, B, P, L and faults (report delays up to P, renewals ≤ 10 ms, grants ≤ 50 ms); it *matches* when utilisation is within 5 points, neither or both over-admit, and the e2e convergence is no later than the simulator's plus 2P.\n\n")
-	b.WriteString("| scenario | result | offered | admitted | ideal | utilisation | over-admission (W=1/10/60 s) | convergence | simulator: utilisation, over-adm., convergence | matches |\n")
-	b.WriteString("| --- | --- | ---: | ---: | ---: | ---: | --- | --- | --- | --- |\n")
+	b.WriteString("Measures (as `shares/sim` defines them): *admitted* and *ideal* (what one central GCRA with the same R and B admits of the same arrivals) are counted by send instant in the scenario's window; *over-admission* is the worst, over windows of W = 1, 10, 60 s, of admitted − (B + R·W), counting only decisions certainly inside the window (sent after its start, answered before its end); *convergence* is the time from an event until the world's and every region's admitted rate (3-s centred mean) stay within 5% of R of the ideal split d_i·min(1, R/D) for 5 s. The simulator runs the same demand profile, R, B, P, L and faults (messages delayed 1–10 ms); it *matches* when utilisation is within 5 points, neither or both over-admit, and the e2e convergence is no later than the simulator's plus 2P, and each event's *shift loss* (what the central GCRA admitted and the run did not in the 30 s after the event, in seconds of R) within 0.3 s of the simulator's. *Time to 90%* is the time from an event until the region furthest below its fair share admits 90% of it over 300 ms (100 ms resolution).\n\n")
+	b.WriteString("| scenario | result | offered | admitted | ideal | utilisation | over-admission (W=1/10/60 s) | convergence | shift loss, time to 90% | simulator: utilisation, over-adm., convergence; shift loss, time to 90% | matches |\n")
+	b.WriteString("| --- | --- | ---: | ---: | ---: | ---: | --- | --- | --- | --- | --- |\n")
 	for _, m := range r.runs {
 		res := "pass"
 		if len(m.failures) > 0 {
@@ -67,14 +67,14 @@ func (r *reportBook) write(dir string) error {
 		}
 		simCol, match := "n/a", "n/a"
 		if m.sim != nil {
-			simCol = fmt.Sprintf("%.1f%%, %.0f, %s", 100*m.sim.util, m.sim.excess, fmtConv(m.sim.conv))
+			simCol = fmt.Sprintf("%.1f%%, %.0f, %s; %s", 100*m.sim.util, m.sim.excess, fmtConv(m.sim.conv), fmtShifts(m.sim.shifts))
 			match = "yes"
 			if !m.sim.match {
 				match = "no: " + m.sim.why
 			}
 		}
-		fmt.Fprintf(&b, "| %s | %s | %.0f | %.0f | %.0f | %.1f%% | %s | %s | %s | %s |\n",
-			m.sc.name, res, m.tot.Offered, m.tot.Admitted, m.tot.Ideal, 100*m.util, strings.Join(ex, " / "), fmtConv(m.conv), simCol, match)
+		fmt.Fprintf(&b, "| %s | %s | %.0f | %.0f | %.0f | %.1f%% | %s | %s | %s | %s | %s |\n",
+			m.sc.name, res, m.tot.Offered, m.tot.Admitted, m.tot.Ideal, 100*m.util, strings.Join(ex, " / "), fmtConv(m.conv), fmtShifts(m.shifts), simCol, match)
 	}
 	b.WriteString("\n")
 	for _, m := range r.runs {

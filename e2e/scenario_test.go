@@ -58,6 +58,7 @@ type run struct {
 	series   []second
 	excess   []excess
 	conv     []time.Duration
+	shifts   []eventMeasure // each event's after the start
 	tot      totals
 	util     float64
 	notes    []string
@@ -234,6 +235,7 @@ func (m *run) measure(t *testing.T) {
 		m.excess = overAdmission(adm, sc.rate, sc.burst)
 	}
 	m.conv = convergence(m.series, sc.events, sc.duration, sc.rate)
+	m.shifts = eventMeasures(m.calls, m.regionOf, m.regions, sc.demand, ideal, sc.events, sc.rate, sc.duration)
 	m.tot = sum(m.series, sc.window[0], sc.window[1])
 	if m.tot.Ideal > 0 {
 		m.util = m.tot.Admitted / m.tot.Ideal
@@ -246,8 +248,24 @@ func (m *run) measure(t *testing.T) {
 			m.errorf(t, "I4: %v after %.1fs, admitted %.0f units over B + R·W (W = %v)", sc.name, e.at.Seconds(), e.units, e.window)
 		}
 	}
-	t.Logf("%s: offered %.0f, admitted %.0f, ideal %.0f (utilisation %.1f%%) in [%v, %v); over-admission %s; convergence %s",
-		sc.name, m.tot.Offered, m.tot.Admitted, m.tot.Ideal, 100*m.util, sc.window[0], sc.window[1], fmtExcess(m.excess), fmtConv(m.conv))
+	t.Logf("%s: offered %.0f, admitted %.0f, ideal %.0f (utilisation %.1f%%) in [%v, %v); over-admission %s; convergence %s; shift loss, time to 90%% %s",
+		sc.name, m.tot.Offered, m.tot.Admitted, m.tot.Ideal, 100*m.util, sc.window[0], sc.window[1], fmtExcess(m.excess), fmtConv(m.conv), fmtShifts(m.shifts))
+}
+
+// fmtShifts is each event's shift loss and time to 90%.
+func fmtShifts(ms []eventMeasure) string {
+	if len(ms) == 0 {
+		return "-"
+	}
+	var parts []string
+	for _, m := range ms {
+		to := "never"
+		if m.to90 >= 0 {
+			to = fmt.Sprintf("%.1fs", m.to90.Seconds())
+		}
+		parts = append(parts, fmt.Sprintf("%.2fs, %s", m.loss, to))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // rate returns region's admitted units per second over [from, to).
@@ -290,6 +308,7 @@ type simComparison struct {
 	util     float64
 	excess   float64 // worst over W
 	conv     []time.Duration
+	shifts   []eventMeasure
 	regionUn []float64 // admitted per region in the window, per second
 	match    bool
 	why      string
@@ -301,6 +320,9 @@ type simComparison struct {
 // time no later than the simulator's plus two intervals (or neither
 // converging).
 const utilMatchPoints = 0.05
+
+// shiftMatch: the shift losses match within this many seconds of R.
+const shiftMatch = 0.3
 
 func (m *run) compare(t *testing.T) {
 	t.Helper()
@@ -320,12 +342,11 @@ func (m *run) compare(t *testing.T) {
 		Duration:    sc.duration,
 		Warmup:      sc.window[0],
 		Traffic:     map[string]sim.Traffic{},
-		// Each pod reports at its own phase of P and the leader
-		// rebalances at its own: a report waits up to P for the
-		// rebalance that uses it. Answers (renewals and grants) take
-		// milliseconds on one machine.
+		// Messages take milliseconds on one machine: the leader acts
+		// on a report as it arrives (steps, acknowledgements), so the
+		// report is not kept waiting for a rebalance.
 		Network: sim.Network{
-			Report:  sim.Jitter{Min: time.Millisecond, Max: m.topo.Interval},
+			Report:  sim.Jitter{Min: time.Millisecond, Max: 10 * time.Millisecond},
 			Renewal: sim.Jitter{Min: time.Millisecond, Max: 10 * time.Millisecond},
 		},
 		Partitions: sc.partitions,
@@ -345,6 +366,11 @@ func (m *run) compare(t *testing.T) {
 		return
 	}
 	sc2 := &simComparison{conv: res.Convergence, series: res.Series}
+	for i, e := range res.Events {
+		if e > 0 && i < len(res.ShiftLoss) && i < len(res.TimeTo90) {
+			sc2.shifts = append(sc2.shifts, eventMeasure{at: e, loss: res.ShiftLoss[i], to90: res.TimeTo90[i]})
+		}
+	}
 	var adm, idl float64
 	sc2.regionUn = make([]float64, len(m.regions))
 	for _, s := range res.Series {
@@ -385,6 +411,11 @@ func (m *run) compare(t *testing.T) {
 			why = append(why, fmt.Sprintf("convergence after %v: never vs %v", sc.events[i], s))
 		case s >= 0 && e > s+2*m.topo.Interval:
 			why = append(why, fmt.Sprintf("convergence after %v: %v vs %v", sc.events[i], e, s))
+		}
+	}
+	for i := range min(len(m.shifts), len(sc2.shifts)) {
+		if d := m.shifts[i].loss - sc2.shifts[i].loss; math.Abs(d) > shiftMatch {
+			why = append(why, fmt.Sprintf("shift loss after %v: %.2fs vs %.2fs", m.shifts[i].at, m.shifts[i].loss, sc2.shifts[i].loss))
 		}
 	}
 	sc2.match = len(why) == 0

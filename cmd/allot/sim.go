@@ -24,6 +24,7 @@ type simOptions struct {
 	seeds    int
 	network  string
 	compare  string
+	lease    time.Duration
 }
 
 func simLong() string {
@@ -69,6 +70,7 @@ func newSimCmd(s *streams) *cobra.Command {
   allot sim --seeds 5 --out docs/sim         # mean and worst of 5 seeds, plots and results.md
   allot sim --scenario partition --seed 42
   allot sim --network slow                   # every message delayed by up to P
+  allot sim --scenario partition --lease 4s  # shorter leases: a cut region's room frees sooner
   allot sim --format json > before.json      # then, after a change:
   allot sim --compare before.json            # each measure beside its value before`,
 		Args: cobra.NoArgs,
@@ -83,6 +85,7 @@ func newSimCmd(s *streams) *cobra.Command {
 	f.Uint64Var(&o.seed, "seed", 1, "first seed")
 	f.IntVar(&o.seeds, "seeds", 1, "number of seeds (seed, seed+1, ...); reports mean and worst")
 	f.StringVar(&o.network, "network", "wan", "message delays: wan (50-150 ms each) or slow (up to one interval each)")
+	f.DurationVar(&o.lease, "lease", 0, "lease L of every scenario (0: each scenario's own, 10s); a failover's new term learns for at most L + its session TTL")
 	f.StringVar(&o.compare, "compare", "", "JSON of an earlier run (allot sim --format json) to show beside this one's: utilisation, shift loss and time to 90% read \"now (was then)\"")
 	return c
 }
@@ -116,9 +119,21 @@ func runSim(cmd *cobra.Command, s *streams, o simOptions) error {
 			return usagef("--compare %q: %v: want the output of allot sim --format json", o.compare, err)
 		}
 	}
+	if o.lease < 0 {
+		return usagef("--lease %v: want a positive duration (or 0 for each scenario's own)", o.lease)
+	}
 	for _, spec := range specs {
 		if err := spec.UseNetwork(o.network); err != nil {
 			return usagef("--network %q: want one of %s", o.network, strings.Join(sim.Networks, ", "))
+		}
+		if o.lease > 0 {
+			if o.lease < 2*spec.Interval {
+				return usagef("--lease %v: want at least two intervals (%v in scenario %s)", o.lease, 2*spec.Interval, spec.Name)
+			}
+			spec.Lease = o.lease
+			if err := spec.Validate(); err != nil {
+				return usagef("--lease %v: %v", o.lease, err)
+			}
 		}
 	}
 	if o.out != "" {
@@ -193,6 +208,9 @@ func writePlots(dir string, spec *sim.Spec, runs []*sim.Result) error {
 
 func writeResults(o simOptions, specs []*sim.Spec, rows []sim.Row) error {
 	cmdline := fmt.Sprintf("allot sim --scenario %s --seed %d --seeds %d --network %s --out %s", o.scenario, o.seed, o.seeds, o.network, o.out)
+	if o.lease > 0 {
+		cmdline += " --lease " + o.lease.String()
+	}
 	if o.compare != "" {
 		cmdline += " --compare " + o.compare
 	}

@@ -51,6 +51,8 @@ func TestSimUsage(t *testing.T) {
 		{[]string{"sim", "--seeds", "0"}, "at least 1"},
 		{[]string{"sim", "--network", "lan"}, "--network"},
 		{[]string{"sim", "extra"}, "--help"},
+		{[]string{"sim", "--lease", "-1s"}, "--lease"},
+		{[]string{"sim", "--scenario", "partition", "--lease", "3s"}, "at least two intervals"},
 	}
 	for _, c := range cases {
 		out, errs, code := runCLI(t, c.args...)
