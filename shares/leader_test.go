@@ -1233,3 +1233,47 @@ func TestRosterEndsLearningEarly(t *testing.T) {
 		}
 	})
 }
+
+// A pod whose region left the policy drops what it holds; a late answer of
+// its old term from before (a duplicate of a full answer, say) must not
+// bring back a grant its leader has since replaced. The checker found one
+// that did (seed 21486 of 25,000): the region's pod had acknowledged a
+// shrink, the leader grew another region into it, and the region, removed,
+// re-applied the older, larger grant under a fresh lease.
+func TestRemovedPodIgnoresLateAnswers(t *testing.T) {
+	b := map[string]shares.Budget{"t": {Rate: 300, Burst: 60}}
+	r := newRig(t, 1, []string{"a", "b"}, b, "a/1", "b/1")
+	r.cfg.First = true
+	r.newLeader(1)
+	r.converge("t", map[string]float64{"a": 400, "b": 100}, 6, 300)
+	p := r.pods["b/1"]
+	term, _ := p.State()
+	// A full answer to b/1 (it says it applied nothing), as of the smaller
+	// grant b holds now.
+	full, err := r.l.Report(r.now, shares.PodReport{Region: "b", Pod: "b/1", Term: term, Applied: 0, Interval: time.Second,
+		Usage: map[string]shares.Usage{"t": {Offered: 100, Admitted: 100}}})
+	if err != nil || !full.Full {
+		t.Fatalf("a full answer to b/1: %+v, %v", full, err)
+	}
+	sent := r.now
+	before := r.grant("b/1", "t")
+	// Demand moves to b: b's grant grows (epochs move on), b/1 applies it.
+	r.converge("t", map[string]float64{"a": 100, "b": 400}, 6, 300)
+	if g := r.grant("b/1", "t"); g.Epoch <= before.Epoch {
+		t.Fatalf("b/1 holds %+v, want a grant newer than %+v", g, before)
+	}
+	_, reached := p.State()
+	p.Removed()
+	p.Answered(r.now, sent, full, r.own("b/1"))
+	if g, ok := p.Grant("t"); ok {
+		t.Fatalf("removed at epoch %d, b/1 applied a late full answer of epoch %d: holds %+v", reached, full.Epoch, g)
+	}
+	// The leader's next full answer, of the epoch it has reached, applies.
+	a := r.report("b/1", "t", 400, true)
+	if !a.Full || a.Epoch < reached {
+		t.Fatalf("answer after removal: full %v epoch %d, want a full answer of epoch ≥ %d", a.Full, a.Epoch, reached)
+	}
+	if _, ok := p.Grant("t"); !ok {
+		t.Fatal("b/1 did not apply its leader's full answer after removal")
+	}
+}

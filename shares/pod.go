@@ -26,6 +26,10 @@ type Pod struct {
 	cold       Ceiling
 	shareD     int
 	pods       int
+	// reachedTerm, reachedEpoch: the term and epoch the pod held when a
+	// leader last removed it (see Removed); an answer below them is one
+	// the pod had already moved past.
+	reachedTerm, reachedEpoch uint64
 }
 
 // NewPod returns the state of a pod of region. drift is subtracted from
@@ -125,6 +129,12 @@ func (p *Pod) Answered(now, sentAt time.Time, a Answer, own func(tenant string) 
 		// so nothing an older leader says may change it.
 		return
 	}
+	if a.Term < p.reachedTerm || a.Term == p.reachedTerm && a.Epoch < p.reachedEpoch {
+		// A late answer from before the pod was removed: its leader has
+		// since counted the pod as holding the newer epoch it reported
+		// (and may have given away what this one grants).
+		return
+	}
 	if a.Term > p.term {
 		if !a.Full {
 			return // cannot happen from an honest leader: wait for a full answer
@@ -208,7 +218,14 @@ func (p *Pod) LowerFloors(own func(tenant string) Ceiling) {
 // Removed records that a leader refused the pod's report because its
 // region is not in the policy: the pod drops every grant, floor and lease
 // and enforces nothing for budget limits until a leader answers it again.
+// It still ignores every answer below the term and epoch it had reached: a
+// late one would bring back grants its leader counts as replaced (the
+// checker found one that did, the region's shrink acknowledged and given
+// away).
 func (p *Pod) Removed() {
+	if p.term > p.reachedTerm || p.term == p.reachedTerm && p.epoch > p.reachedEpoch {
+		p.reachedTerm, p.reachedEpoch = p.term, p.epoch
+	}
 	clear(p.grants)
 	p.leaseUntil, p.cold, p.shareD = time.Time{}, Ceiling{}, 0
 	p.epoch = 0
