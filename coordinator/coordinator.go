@@ -129,6 +129,9 @@ type term struct {
 	rosterKnown bool
 	rosterMu    sync.Mutex
 	learnedSet  bool // learnedSeconds set for the current protocol term
+	// learnTimer signals due when learning, ended early by the roster
+	// but not before Deposed after the term started, is over.
+	learnTimer *time.Timer
 }
 
 // termID is the protocol term of t's current shares.Leader: the election
@@ -403,6 +406,9 @@ func (c *Coordinator) lead(ctx, sctx context.Context, sess *concurrency.Session,
 		c.mu.Lock()
 		c.term = nil
 		c.closeWatchers()
+		if t.learnTimer != nil {
+			t.learnTimer.Stop()
+		}
 		c.mu.Unlock()
 		c.m.leader.Set(0)
 		if ctx.Err() != nil && sess != nil {
@@ -775,6 +781,10 @@ func (c *Coordinator) refreshPolicy(ctx context.Context, t *term) error {
 		}
 	}
 	t.learnedSet = false
+	if t.learnTimer != nil {
+		t.learnTimer.Stop()
+		t.learnTimer = nil
+	}
 	lead, err := shares.NewLeader(c.cfg.Now(), cfg)
 	if err != nil {
 		return fmt.Errorf("leader: %w", err)
@@ -835,13 +845,17 @@ func (c *Coordinator) Report(_ context.Context, r PodReport) (ReportAnswer, erro
 		c.m.reports.WithLabelValues(r.Region, "no_policy").Inc()
 		return ReportAnswer{}, ErrNoPolicy
 	}
-	if !t.roster[shares.PodKey{Region: r.Region, Pod: r.Pod}] && slices.Contains(t.regions, r.Region) && validPod(r.Pod) {
-		// Put the pod on the roster before anything may lease it.
+	if !t.roster[shares.PodKey{Region: r.Region, Pod: r.Pod}] && t.lead.Admissible(c.cfg.Now(), r) == nil {
+		// Put the pod on the roster before anything may lease it (a
+		// report the leader would refuse writes nothing).
 		if err := c.addToRoster(t, r.Region, r.Pod); err != nil {
 			c.m.reports.WithLabelValues(r.Region, "roster_failed").Inc()
 			return ReportAnswer{}, err
 		}
-		if c.term != t || t.lead == nil {
+		// The lock was released meanwhile: this coordinator may have
+		// stopped leading, or passed its fence (the write's success says
+		// only that the election key existed when it committed).
+		if c.term != t || t.lead == nil || !time.Now().Before(c.fenceUntil) {
 			c.m.reports.WithLabelValues(r.Region, "not_leader").Inc()
 			return ReportAnswer{}, &NotLeaderError{}
 		}
@@ -894,6 +908,16 @@ func (c *Coordinator) Report(_ context.Context, r PodReport) (ReportAnswer, erro
 		case t.due <- struct{}{}:
 		default:
 		}
+	} else if until := t.lead.LearningUntil(); t.lead.Learning(now) && until.Sub(now) < c.cfg.RebalanceInterval && t.learnTimer == nil {
+		// The roster ended learning, as of a moment before the next
+		// tick: rebalance then.
+		due := t.due
+		t.learnTimer = time.AfterFunc(until.Sub(now), func() {
+			select {
+			case due <- struct{}{}:
+			default:
+			}
+		})
 	}
 	return ReportAnswer{Answer: ans, Coordinators: t.peers}, nil
 }
@@ -931,9 +955,6 @@ func (c *Coordinator) readRoster(ctx context.Context, t *term) {
 		}
 	}
 }
-
-// validPod reports whether pod is a name the roster takes.
-func validPod(pod string) bool { return pod != "" && len(pod) <= 253 }
 
 // addToRoster puts a pod on t's roster, in etcd under t's fence, then in
 // t.roster. c.mu held; released meanwhile (t may have stopped leading when
@@ -1005,14 +1026,14 @@ func (c *Coordinator) prune(ctx context.Context, t *term, cands []shares.PodKey)
 	err := c.store.DropFromRoster(dctx, t.fence, drop...)
 	cancel()
 	if err != nil {
-		// The pods stay in etcd: a later leader waits for them, as for
-		// any pod that never reports. They are dropped again next time.
+		// Some may be gone from etcd and some not (a timeout after the
+		// commit, or a later batch failed): none goes back into
+		// t.roster, so that a report of any of them puts it on the
+		// roster again before it is leased. One left in etcd only makes
+		// a later leader wait for it, as for any pod that never reports,
+		// until a leader drops it.
 		c.m.rosterWrites.WithLabelValues("drop", "failed").Inc()
-		c.mu.Lock()
-		for _, p := range drop {
-			t.roster[shares.PodKey{Region: p.Region, Pod: p.Pod}] = true
-		}
-		c.mu.Unlock()
+		c.log.Warn("drop pods from the roster", "pods", len(drop), "err", err)
 		return
 	}
 	c.m.rosterWrites.WithLabelValues("drop", "ok").Inc()

@@ -315,7 +315,7 @@ func (r *reporter) redirect(addr string) {
 // report sends one report (following one redirect), applies the answer,
 // and reports whether a leader answered.
 func (r *reporter) report(ctx context.Context, out outgoing) bool {
-	term, applied, held := r.s.view.reportState()
+	term, applied, held, st := r.s.view.reportState(r.s.cfg.Now())
 	r.seq++
 	req := &allotv1.ReportRequest{
 		Region: r.s.cfg.Region, Pod: r.s.cfg.Pod, IntervalMs: max(1, out.interval.Milliseconds()),
@@ -323,7 +323,7 @@ func (r *reporter) report(ctx context.Context, out outgoing) bool {
 		Seq: r.seq, Partial: out.partial,
 	}
 	req.Held, req.HeldSent = heldPB(held), held != nil
-	req.HeardTerm, req.RenewedBy, req.Leased = r.s.view.standing(r.s.cfg.Now())
+	req.HeardTerm, req.RenewedBy, req.Leased = st.heard, st.renewedBy, st.leased
 	for t, u := range out.usage {
 		req.Usage = append(req.Usage, &allotv1.TenantUsage{Tenant: t, Offered: u.Offered, Admitted: u.Admitted, Step: u.Step})
 	}
@@ -372,9 +372,9 @@ func (r *reporter) report(ctx context.Context, out outgoing) bool {
 			r.s.view.unanswered()
 			// Carry what the pod holds to the leader named (a new one may
 			// renew it).
-			term, applied, held = r.s.view.reportState()
-			req.Term, req.AppliedEpoch, req.Held, req.HeldSent = term, applied, heldPB(held), held != nil
-			req.HeardTerm, req.RenewedBy, req.Leased = r.s.view.standing(r.s.cfg.Now())
+			term, applied, held, st = r.s.view.reportState(r.s.cfg.Now())
+			req.Term, req.AppliedEpoch, req.Held, req.HeardTerm, req.RenewedBy, req.Leased = term, applied, heldPB(held), st.heard, st.renewedBy, st.leased
+			req.HeldSent = held != nil
 			continue
 		}
 		if p := resp.GetCoordinators(); len(p) > 0 {

@@ -198,19 +198,19 @@ func (v *view) leaderPods() int {
 // reportState returns what the next report carries: the term and epoch of
 // the grants the pod holds, and those grants when they are of an older term
 // than the last answering leader's.
-func (v *view) reportState() (term, applied uint64, held []shares.Entry) {
+func (v *view) reportState(now time.Time) (term, applied uint64, held []shares.Entry, st standing) {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	term, applied = v.pod.State()
-	return term, applied, v.pod.Held()
+	st.heard, st.renewedBy, st.leased = v.pod.Standing(now)
+	return term, applied, v.pod.Held(), st
 }
 
-// standing is what a report says of the pod's standing at now (see
-// shares.Pod.Standing).
-func (v *view) standing(now time.Time) (heard, renewedBy uint64, leased bool) {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	return v.pod.Standing(now)
+// standing is what a report says of the pod's standing (see
+// shares.Pod.Standing), read with the rest of its state.
+type standing struct {
+	heard, renewedBy uint64
+	leased           bool
 }
 
 // answered applies the leader's answer to the report sent at sentAt.

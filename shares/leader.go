@@ -471,6 +471,24 @@ func (l *Leader) validate(r *PodReport) (int, error) {
 
 // Report takes pod report r at now (leader clock) and answers it. An
 // invalid or impossible report is an error and changes nothing.
+// Admissible returns the error Report would refuse r with for what r says
+// (invalid, or a pod without a lease in a region with MaxPodsPerRegion
+// leased pods already), without taking it: a coordinator checks it before
+// it puts the pod on the roster.
+func (l *Leader) Admissible(now time.Time, r PodReport) error {
+	i, err := l.validate(&r)
+	if err != nil {
+		return err
+	}
+	reg := &l.regs[i]
+	prev := reg.pods[r.Pod]
+	hadLease := prev != nil && now.Before(prev.expires)
+	if !hadLease && l.leasedPods(reg, now) >= l.cfg.MaxPodsPerRegion {
+		return fmt.Errorf("%w: %q already has %d", ErrTooManyPods, r.Region, l.cfg.MaxPodsPerRegion)
+	}
+	return nil
+}
+
 func (l *Leader) Report(now time.Time, r PodReport) (Answer, error) {
 	i, err := l.validate(&r)
 	if err != nil {

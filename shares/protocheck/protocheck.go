@@ -568,12 +568,24 @@ func (w *world) prune(c *coord) {
 	}
 	now := w.clock()
 	var gone []string
-	for k := range c.roster {
-		if c.lead.Prunable(now, k.Region, k.Pod) {
-			delete(c.roster, k)
-			delete(w.roster, k)
-			gone = append(gone, k.Pod)
+	keys := slices.SortedFunc(maps.Keys(c.roster), func(a, b shares.PodKey) int {
+		return strings.Compare(a.Region+"/"+a.Pod, b.Region+"/"+b.Pod)
+	})
+	for _, k := range keys {
+		if !c.lead.Prunable(now, k.Region, k.Pod) {
+			continue
 		}
+		// The coordinator forgets the pod before the delete; a delete
+		// that fails may or may not have been applied (a timeout after
+		// the commit), and the pod stays forgotten either way, so that
+		// its next report puts it on the roster again.
+		delete(c.roster, k)
+		if w.chance(0.05) && w.rng.IntN(2) == 0 {
+			gone = append(gone, k.Pod+" (delete failed, not applied)")
+			continue
+		}
+		delete(w.roster, k)
+		gone = append(gone, k.Pod)
 	}
 	if len(gone) > 0 {
 		slices.Sort(gone)
@@ -589,8 +601,8 @@ func (w *world) admit(c *coord, r *shares.PodReport) bool {
 		return true
 	}
 	k := shares.PodKey{Region: r.Region, Pod: r.Pod}
-	if c.roster[k] {
-		return true
+	if c.roster[k] || c.lead.Admissible(w.clock(), *r) != nil {
+		return true // (Report refuses what is not admissible)
 	}
 	if !c.leading || c.etcdCut {
 		w.logf("coordinator %d cannot add %s to the roster", c.id, r.Pod)
