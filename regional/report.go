@@ -315,12 +315,15 @@ func (r *reporter) redirect(addr string) {
 // report sends one report (following one redirect), applies the answer,
 // and reports whether a leader answered.
 func (r *reporter) report(ctx context.Context, out outgoing) bool {
+	term, applied, held, st := r.s.view.reportState(r.s.cfg.Now())
 	r.seq++
 	req := &allotv1.ReportRequest{
 		Region: r.s.cfg.Region, Pod: r.s.cfg.Pod, IntervalMs: max(1, out.interval.Milliseconds()),
-		LivePods: int32(r.s.livePods()), Seq: r.seq, Partial: out.partial,
+		Term: term, AppliedEpoch: applied, LivePods: int32(r.s.livePods()),
+		Seq: r.seq, Partial: out.partial,
 	}
-	r.setState(req)
+	req.Held, req.HeldSent = heldPB(held), held != nil
+	req.HeardTerm, req.RenewedBy, req.Leased = st.heard, st.renewedBy, st.leased
 	for t, u := range out.usage {
 		req.Usage = append(req.Usage, &allotv1.TenantUsage{Tenant: t, Offered: u.Offered, Admitted: u.Admitted, Step: u.Step})
 	}
@@ -369,7 +372,9 @@ func (r *reporter) report(ctx context.Context, out outgoing) bool {
 			r.s.view.unanswered()
 			// Carry what the pod holds to the leader named (a new one may
 			// renew it).
-			r.setState(req)
+			term, applied, held, st = r.s.view.reportState(r.s.cfg.Now())
+			req.Term, req.AppliedEpoch, req.Held, req.HeardTerm, req.RenewedBy, req.Leased = term, applied, heldPB(held), st.heard, st.renewedBy, st.leased
+			req.HeldSent = held != nil
 			continue
 		}
 		if p := resp.GetCoordinators(); len(p) > 0 {
@@ -386,15 +391,6 @@ func (r *reporter) report(ctx context.Context, out outgoing) bool {
 		return true
 	}
 	return false
-}
-
-// setState sets what req says of the grants the pod holds and of its
-// standing, read at once.
-func (r *reporter) setState(req *allotv1.ReportRequest) {
-	term, applied, held, st := r.s.view.reportState(r.s.cfg.Now())
-	req.Term, req.AppliedEpoch = term, applied
-	req.Held, req.HeldSent = heldPB(held), held != nil
-	req.HeardTerm, req.RenewedBy, req.Leased = st.heard, st.renewedBy, st.leased
 }
 
 // regionNotInPolicy reports whether a report was refused because the pod's
