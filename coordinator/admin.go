@@ -114,8 +114,12 @@ type SharesView struct {
 	Rate    float64       `json:"rate"`
 	Burst   int64         `json:"burst"`
 	Mode    string        `json:"mode"`
-	Source  string        `json:"source"` // "leader" (live, with demand) or "etcd"
+	Source  string        `json:"source"` // "leader" (live, with demand), "follower", or "other_shard"
 	Regions []RegionShare `json:"regions"`
+	// Shard is the coordinator shard the tenant belongs to; ShardLeader,
+	// when Source is "other_shard", that shard's leader (ask it instead).
+	Shard       int         `json:"shard"`
+	ShardLeader *LeaderInfo `json:"shard_leader,omitempty"`
 }
 
 // Shares returns how tenant's budget is split: from the leader's allocator
@@ -144,8 +148,16 @@ func (c *Coordinator) Shares(ctx context.Context, tenant string) (SharesView, er
 	grants := map[string]shares.Grant{}
 	var demand map[string]float64
 	v.Source = "follower"
+	n := int(c.shards.Load())
+	v.Shard = shares.ShardOf(tenant, n)
+	if !c.owns(tenant) {
+		v.Source = "other_shard"
+		if l, err := state.New(c.cfg.Etcd, c.cfg.Prefix).Shard(v.Shard).Leader(ctx); err == nil {
+			v.ShardLeader = &l
+		}
+	}
 	c.mu.Lock()
-	if t := c.term; t != nil && t.lead != nil {
+	if t := c.term; t != nil && t.lead != nil && c.owns(tenant) {
 		a := t.lead.Allocator()
 		grants, demand = a.Grants(tenant), a.Demand(tenant)
 		v.Source = "leader"
@@ -189,6 +201,13 @@ type Status struct {
 	Learning        bool           `json:"learning,omitempty"`
 	Tenants         int            `json:"tenants"`
 	PolicyVersion   int64          `json:"policy_version"`
+	// Shard is the coordinator shard this instance runs, of Shards;
+	// ShardLeaders names every shard's leader as etcd has it (an empty
+	// entry: none elected), so that any coordinator's status finds them
+	// all.
+	Shard        int          `json:"shard"`
+	Shards       int          `json:"shards"`
+	ShardLeaders []LeaderInfo `json:"shard_leaders,omitempty"`
 }
 
 // Status returns this instance's view. Only the leader knows the regions'
@@ -198,9 +217,23 @@ func (c *Coordinator) Status(ctx context.Context) (Status, error) {
 	if err != nil && !errors.Is(err, state.ErrNotFound) {
 		return Status{}, fmt.Errorf("status: %w", err)
 	}
+	n := int(c.shards.Load())
+	var leaders []LeaderInfo
+	if n > 1 {
+		root := state.New(c.cfg.Etcd, c.cfg.Prefix)
+		for i := range n {
+			l, err := root.Shard(i).Leader(ctx)
+			if err != nil && !errors.Is(err, state.ErrNotFound) {
+				return Status{}, fmt.Errorf("status: shard %d: %w", i, err)
+			}
+			l.Shard = i
+			leaders = append(leaders, l)
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := Status{ID: c.cfg.ID, Leader: c.leader, PolicyVersion: pv.Version, Regions: []RegionStatus{}}
+	s := Status{ID: c.cfg.ID, Leader: c.leader, PolicyVersion: pv.Version, Regions: []RegionStatus{},
+		Shard: c.cfg.Shard, Shards: n, ShardLeaders: leaders}
 	t := c.term
 	if t == nil {
 		return s, nil

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/allot-dev/allot/internal/state"
 	"github.com/allot-dev/allot/shares"
 )
 
@@ -21,6 +22,16 @@ type Config struct {
 	Etcd *clientv3.Client
 	// Prefix is where allot's state lives in etcd (default /allot/v1/).
 	Prefix string
+	// Shard is the coordinator shard this instance campaigns for and
+	// leads: the tenants t with shares.ShardOf(t, shards) == Shard, where
+	// shards is the cluster's shard count (docs/protocol.md, "Shards").
+	// Default 0.
+	Shard int
+	// Shards is the shard count this instance expects: the first
+	// coordinator of a new cluster records it, and an instance whose count
+	// differs from the cluster's does not start. 0 takes the cluster's (1
+	// for a new cluster).
+	Shards int
 	// GRPCAddr and HTTPAddr are the advertised addresses of this instance,
 	// published in the election so that followers can name the leader.
 	GRPCAddr, HTTPAddr string
@@ -121,6 +132,14 @@ func (c Config) ValidateSettings() error {
 		// shares.Config's rule, named in this Config's terms.
 		return &FieldError{Field: "Lease", Value: c.Lease, Reason: fmt.Sprintf(
 			"must be at least two RebalanceInterval (%v)", 2*c.RebalanceInterval)}
+	}
+	switch {
+	case c.Shard < 0 || c.Shard >= state.MaxShards:
+		return &FieldError{Field: "Shard", Value: c.Shard, Reason: fmt.Sprintf("want 0 to %d", state.MaxShards-1)}
+	case c.Shards < 0 || c.Shards > state.MaxShards:
+		return &FieldError{Field: "Shards", Value: c.Shards, Reason: fmt.Sprintf("want 1 to %d (0: the cluster's)", state.MaxShards)}
+	case c.Shards > 0 && c.Shard >= c.Shards:
+		return &FieldError{Field: "Shard", Value: c.Shard, Reason: fmt.Sprintf("must be below Shards (%d): shards are numbered from 0", c.Shards)}
 	}
 	switch {
 	case c.TenantIdleTimeout < 0:

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -90,6 +91,11 @@ type Coordinator struct {
 	// a keepalive of its election session extends it (see keepFence).
 	fenceUntil time.Time
 
+	// shards is the cluster's shard count, read from etcd when Run
+	// starts (0 before): this coordinator leads the tenants of shard
+	// cfg.Shard among them.
+	shards atomic.Int32
+
 	// watchers are the pods watching their region's grants (Watch), by
 	// region and pod: each is signalled when the region's grants change.
 	watchers map[string]map[string]chan struct{}
@@ -158,7 +164,7 @@ func New(cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
-	store := state.New(cfg.Etcd, cfg.Prefix)
+	store := state.New(cfg.Etcd, cfg.Prefix).Shard(cfg.Shard)
 	return &Coordinator{
 		ticks: func(d time.Duration) (<-chan time.Time, func()) {
 			t := time.NewTicker(d)
@@ -197,6 +203,12 @@ func (c *Coordinator) Leader() LeaderInfo {
 // return it has resigned (when it led) and stopped every goroutine it
 // started.
 func (c *Coordinator) Run(ctx context.Context) error {
+	if err := c.readShards(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	// Mirror the budget records for the whole run, leading or not, so a new
 	// leader's first rebalance already has them.
 	mctx, cancel := context.WithCancel(ctx)
@@ -220,6 +232,69 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// readShards reads the cluster's shard count (recording cfg.Shards on a new
+// cluster), retrying while etcd is out of reach; an instance whose shard
+// count or index does not fit the cluster's gets an error.
+func (c *Coordinator) readShards(ctx context.Context) error {
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		n, err := c.store.InitShards(rctx, c.cfg.Shards)
+		cancel()
+		switch {
+		case errors.Is(err, state.ErrShardsFixed):
+			return fmt.Errorf("coordinator: %w", err)
+		case err == nil && c.cfg.Shard >= n:
+			return fmt.Errorf("coordinator: shard %d: this cluster has %d shard(s), numbered 0 to %d; start this instance with --shard below %d", c.cfg.Shard, n, n-1, n)
+		case err == nil:
+			c.shards.Store(int32(n))
+			c.m.shard.Set(float64(n))
+			c.log.Info("coordinator shard", "shard", c.cfg.Shard, "shards", n)
+			return nil
+		}
+		c.log.Warn("reading the shard count from etcd; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// Shards returns the cluster's shard count (0 before Run read it) and the
+// shard this coordinator runs.
+func (c *Coordinator) Shards() (shards, shard int) { return int(c.shards.Load()), c.cfg.Shard }
+
+// owns reports whether tenant belongs to this coordinator's shard.
+func (c *Coordinator) owns(tenant string) bool {
+	n := int(c.shards.Load())
+	return n <= 1 || shares.ShardOf(tenant, n) == c.cfg.Shard
+}
+
+// ownUsage drops from r the usage of tenants of other shards (a pod that
+// places tenants differently), counting them.
+func (c *Coordinator) ownUsage(r *PodReport) {
+	if c.shards.Load() <= 1 {
+		return
+	}
+	var other int
+	for t := range r.Usage {
+		if !c.owns(t) {
+			other++
+		}
+	}
+	if other == 0 {
+		return
+	}
+	own := make(map[string]shares.Usage, len(r.Usage)-other)
+	for t, u := range r.Usage {
+		if c.owns(t) {
+			own[t] = u
+		}
+	}
+	r.Usage = own
+	c.m.otherShard.Add(float64(other))
 }
 
 func (c *Coordinator) campaign(ctx context.Context) error {
@@ -251,7 +326,7 @@ func (c *Coordinator) campaign(ctx context.Context) error {
 	wg.Go(func() { c.observe(sctx, el) })
 	wg.Go(func() { c.keepFence(sctx, sess.Lease(), cancel) })
 
-	val, _ := json.Marshal(LeaderInfo{ID: c.cfg.ID, GRPC: c.cfg.GRPCAddr, HTTP: c.cfg.HTTPAddr})
+	val, _ := json.Marshal(LeaderInfo{ID: c.cfg.ID, GRPC: c.cfg.GRPCAddr, HTTP: c.cfg.HTTPAddr, Shard: c.cfg.Shard})
 	if err := el.Campaign(sctx, string(val)); err != nil {
 		return fmt.Errorf("campaign: %w", err)
 	}
@@ -397,7 +472,7 @@ func (c *Coordinator) lead(ctx, sctx context.Context, sess *concurrency.Session,
 	c.readRoster(sctx, t)
 	c.mu.Lock()
 	c.term = t
-	c.leader = LeaderInfo{ID: c.cfg.ID, GRPC: c.cfg.GRPCAddr, HTTP: c.cfg.HTTPAddr}
+	c.leader = LeaderInfo{ID: c.cfg.ID, GRPC: c.cfg.GRPCAddr, HTTP: c.cfg.HTTPAddr, Shard: c.cfg.Shard}
 	c.mu.Unlock()
 	c.m.leader.Set(1)
 	c.m.terms.Inc()
@@ -816,10 +891,14 @@ func (c *Coordinator) budgets(t *term, records []state.BudgetRecord) map[string]
 	}
 	out := make(map[string]shares.Budget, len(records)+len(t.doc.Tenants))
 	for id, b := range over {
-		out[id] = t.doc.TenantBudget(id, b).Shares()
+		if c.owns(id) {
+			out[id] = t.doc.TenantBudget(id, b).Shares()
+		}
 	}
 	for id := range t.doc.Tenants {
-		out[id] = t.doc.TenantBudget(id, over[id]).Shares()
+		if c.owns(id) {
+			out[id] = t.doc.TenantBudget(id, over[id]).Shares()
+		}
 	}
 	return out
 }
@@ -845,6 +924,7 @@ func (c *Coordinator) Report(_ context.Context, r PodReport) (ReportAnswer, erro
 		c.m.reports.WithLabelValues(r.Region, "no_policy").Inc()
 		return ReportAnswer{}, ErrNoPolicy
 	}
+	c.ownUsage(&r)
 	if !t.roster[shares.PodKey{Region: r.Region, Pod: r.Pod}] && t.lead.Admissible(c.cfg.Now(), r) == nil {
 		// Put the pod on the roster before anything may lease it (a
 		// report the leader would refuse writes nothing).

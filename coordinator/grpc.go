@@ -249,7 +249,10 @@ func (g *grpcAPI) GetShares(ctx context.Context, r *allotv1.GetSharesRequest) (*
 	if err != nil {
 		return nil, GRPCError(err)
 	}
-	out := &allotv1.Shares{Tenant: v.Tenant, Rate: v.Rate, Burst: v.Burst, Mode: v.Mode}
+	out := &allotv1.Shares{Tenant: v.Tenant, Rate: v.Rate, Burst: v.Burst, Mode: v.Mode, Source: v.Source, Shard: int32(v.Shard)}
+	if l := v.ShardLeader; l != nil {
+		out.ShardLeader = &allotv1.ShardLeader{Shard: int32(l.Shard), Id: l.ID, Grpc: l.GRPC, Http: l.HTTP}
+	}
 	for _, s := range v.Regions {
 		out.Regions = append(out.Regions, &allotv1.RegionShare{
 			Region: s.Region, Rate: s.Rate, Burst: s.Burst, Epoch: s.Epoch, Demand: s.Demand, FloorRate: s.FloorRate,
@@ -266,6 +269,10 @@ func (g *grpcAPI) Status(ctx context.Context, _ *allotv1.StatusRequest) (*allotv
 	out := &allotv1.StatusResponse{
 		IsLeader: s.IsLeader, Leader: s.Leader.GRPC, Id: s.ID, LastRebalance: s.LastRebalance,
 		LastRebalanceMs: s.LastRebalanceMS, Tenants: int64(s.Tenants), PolicyVersion: s.PolicyVersion,
+		Shard: int32(s.Shard), Shards: int32(s.Shards),
+	}
+	for _, l := range s.ShardLeaders {
+		out.ShardLeaders = append(out.ShardLeaders, &allotv1.ShardLeader{Shard: int32(l.Shard), Id: l.ID, Grpc: l.GRPC, Http: l.HTTP})
 	}
 	for _, r := range s.Regions {
 		out.Regions = append(out.Regions, &allotv1.RegionStatus{

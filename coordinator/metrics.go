@@ -27,6 +27,8 @@ type metrics struct {
 	stepChanges       prometheus.Counter
 	pushes            prometheus.Counter
 	watchers          prometheus.Gauge
+	shard             prometheus.Gauge
+	otherShard        prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -76,6 +78,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "allot_coordinator_pushes_total",
 			Help: "Answers pushed to watching pods without a report (their region's grants changed).",
 		}),
+		shard: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "allot_coordinator_shards",
+			Help: "The cluster's coordinator shard count (this coordinator runs shard allot_coordinator_shard_index of them; 0 until read from etcd).",
+		}),
+		otherShard: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "allot_coordinator_report_tenants_other_shard_total",
+			Help: "Tenants in reports that belong to another coordinator shard, ignored (a pod that places tenants differently: its shard count is not the cluster's).",
+		}),
 		rosterPods: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "allot_coordinator_roster_pods",
 			Help: "Pods on the roster (pods a leader may have leased), as this leader knows it.",
@@ -108,7 +118,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.leader, m.terms, m.rebalances, m.rebalanceDuration, m.grantWrites, m.earlyGrows, m.reports, m.tenants, m.adminRequests, m.learning, m.tenantsDropped, m.tenantsForgotten, m.answerGrants, m.renewals, m.stepChanges, m.pushes, m.watchers, m.rosterPods, m.rosterWrites, m.learnedSeconds} {
+	for _, c := range []prometheus.Collector{m.leader, m.terms, m.rebalances, m.rebalanceDuration, m.grantWrites, m.earlyGrows, m.reports, m.tenants, m.adminRequests, m.learning, m.tenantsDropped, m.tenantsForgotten, m.answerGrants, m.renewals, m.stepChanges, m.pushes, m.watchers, m.rosterPods, m.rosterWrites, m.learnedSeconds, m.shard, m.otherShard} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

@@ -102,6 +102,8 @@ fi
 if [ ${#compose[@]} -gt 0 ]; then
   step "${compose[*]} -f deploy/compose/compose.yaml config"
   "${compose[@]}" -f deploy/compose/compose.yaml config -q || fail "compose config"
+  step "${compose[*]} -f deploy/compose/compose.yaml -f deploy/compose/compose.shards.yaml config"
+  "${compose[@]}" -f deploy/compose/compose.yaml -f deploy/compose/compose.shards.yaml config -q || fail "compose config (two shards)"
 else
   step "compose config: skipped (neither 'docker compose' nor docker-compose is installed)"
 fi

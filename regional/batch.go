@@ -143,9 +143,9 @@ func (b *batchRun) flush(ctx context.Context) {
 		var lc *limitCache
 		switch {
 		case reason != "":
-			dec, lc = s.fallbackDecide(ctx, &p.enforced, reason)
+			dec, lc = s.fallbackDecide(ctx, p.shard, &p.enforced, reason)
 		case answers[k].Err != nil:
-			dec, lc = s.fallbackDecide(ctx, &p.enforced, failureReason(answers[k].Err))
+			dec, lc = s.fallbackDecide(ctx, p.shard, &p.enforced, failureReason(answers[k].Err))
 		default:
 			a := answers[k].Decision
 			dec, lc = fromStore(a, p.enforced.at(a.Limiting))

@@ -93,6 +93,7 @@ type plan struct {
 	shadow   items // decided on their own, never enforced
 	leased   items // from local leases, after the composite
 	budget   bool  // a limit spends the tenant's budget (count for reports)
+	shard    int   // the tenant's coordinator shard (-1: not known yet)
 	// deny is set when a limit can never admit this request here (a zero
 	// grant, a cost above this region's share of the burst).
 	deny    item
@@ -156,7 +157,9 @@ func (s *Service) Decide(ctx context.Context, d map[string]string, cost int64) (
 // the budget, and in the decisions metric.
 func (s *Service) record(tenant string, p *plan, cost int64, dec Decision, lc *limitCache) {
 	if p.budget {
-		s.counts.add(tenant, cost, dec.Allowed)
+		if c := s.countsOf(p.shard); c != nil {
+			c.add(tenant, cost, dec.Allowed)
+		}
 	}
 	c := s.counters(lc, dec.Limit)
 	if dec.Allowed {
@@ -182,6 +185,7 @@ func (s *Service) counters(lc *limitCache, name string) *limitCounters {
 
 // plan resolves the request's limits into store requests, in p.
 func (s *Service) plan(p *plan, te *tenantEntry, d map[string]string, cost int64) error {
+	p.shard = te.shard
 	if te.resolved.UnknownDenied && !s.view.hasBudget(te.resolved.Tenant) {
 		p.deny, p.denying = item{l: &unknownTenant}, true
 		return nil
@@ -305,7 +309,7 @@ func (s *Service) decideStore(ctx context.Context, p *plan) (Decision, *limitCac
 	case p.enforced.n > 0:
 		d, reason := s.callStore(ctx, &p.enforced)
 		if reason != "" {
-			return s.fallbackDecide(ctx, &p.enforced, reason)
+			return s.fallbackDecide(ctx, p.shard, &p.enforced, reason)
 		}
 		return fromStore(d, p.enforced.at(d.Limiting))
 	}
@@ -343,7 +347,7 @@ func (s *Service) decideWithShadow(ctx context.Context, p *plan) (Decision, *lim
 		reason = failureReason(answers[0].Err)
 	}
 	if reason != "" {
-		dec, lc := s.fallbackDecide(ctx, &p.enforced, reason)
+		dec, lc := s.fallbackDecide(ctx, p.shard, &p.enforced, reason)
 		return dec, lc, false
 	}
 	dec, lc := Decision{Allowed: true}, (*limitCache)(nil)
@@ -479,7 +483,7 @@ func isStoreFailure(err error) bool {
 // fallbackDecide decides without the store, limit by limit as on_failure
 // says: a closed limit denies; open limits are decided together on the local
 // in-memory store at their fallback rates.
-func (s *Service) fallbackDecide(ctx context.Context, enforced *items, reason string) (Decision, *limitCache) {
+func (s *Service) fallbackDecide(ctx context.Context, shard int, enforced *items, reason string) (Decision, *limitCache) {
 	for i := range enforced.n {
 		it := enforced.at(i)
 		if it.l.FailClosed {
@@ -492,7 +496,7 @@ func (s *Service) fallbackDecide(ctx context.Context, enforced *items, reason st
 		return Decision{Allowed: true, Fallback: true}, nil
 	}
 	pods := max(s.livePods(), s.view.leaderPods())
-	budgetShare := s.view.failOpenShare(s.cfg.Now())
+	budgetShare := s.view.failOpenShare(shard, s.cfg.Now())
 	reqs := make([]gcra.Request, enforced.n)
 	for i := range reqs {
 		it := enforced.at(i)

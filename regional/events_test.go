@@ -19,9 +19,12 @@ import (
 
 // eventsPolicy names the regions; the tenants under test have budgets of
 // their own.
-func eventsPolicy(regions string) string {
-	return `version: 1
-regions: [` + regions + `]
+func eventsPolicy(regions string) string { return tierPolicy(regions, "5/s", 3) }
+
+// tierPolicy names the regions and one limit on the default tier's budget.
+func tierPolicy(regions, rate string, burst int) string {
+	return fmt.Sprintf(`version: 1
+regions: [%s]
 default_tier: free
 limits:
   - name: tenant
@@ -29,8 +32,8 @@ limits:
     rate: budget
 tiers:
   free:
-    budget: {rate: 5/s, burst: 3}
-`
+    budget: {rate: %s, burst: %d}
+`, regions, rate, burst)
 }
 
 // eventsRig is a coordinator that rebalances only every 2 s (as in
@@ -97,7 +100,7 @@ func (r *eventsRig) waitReady(t *testing.T, regions int) {
 		for region, ps := range r.pods {
 			for i, p := range ps {
 				p.s.view.mu.RLock()
-				current := p.s.view.pod.Synced() && p.s.view.pod.Held() == nil
+				current := p.s.view.pods[0].Synced() && p.s.view.pods[0].Held() == nil
 				p.s.view.mu.RUnlock()
 				if !current || !p.s.view.leaseUntil().After(time.Now()) {
 					return fmt.Errorf("pod %d of %s holds no lease of the leader's term yet", i, region)
@@ -288,7 +291,7 @@ func TestNewTenantNotDenied(t *testing.T) {
 			held := func() bool {
 				for _, p := range ps {
 					p.s.view.mu.RLock()
-					_, ok := p.s.view.pod.Grant("fresh")
+					_, ok := p.s.view.podFor("fresh").Grant("fresh")
 					p.s.view.mu.RUnlock()
 					if !ok {
 						return false

@@ -71,7 +71,7 @@ func redisPod(t *testing.T) (*pod, *redis.Client) {
 	}
 	wait.Until(t, 10*time.Second, func() error {
 		p.s.view.mu.RLock()
-		g, ok := p.s.view.pod.Grant("t1")
+		g, ok := p.s.view.podFor("t1").Grant("t1")
 		p.s.view.mu.RUnlock()
 		if !ok || g.Rate < 1000.0/3600*(1-1e-9) || g.Burst < 1000 {
 			return fmt.Errorf("the pod holds %+v (%v) for t1, want the whole budget", g, ok)

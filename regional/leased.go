@@ -126,7 +126,7 @@ func (s *Service) decideRest(ctx context.Context, p *plan, h *leaseHold) (Decisi
 	for i := range h.failed.n {
 		all.add(*h.failed.at(i))
 	}
-	return s.fallbackDecide(ctx, &all, h.reason)
+	return s.fallbackDecide(ctx, p.shard, &all, h.reason)
 }
 
 // finishLeased ends a decision p whose leased limits h holds, after the rest

@@ -24,6 +24,7 @@ type metrics struct {
 	dropped       prometheus.CounterFunc
 	policyVersion prometheus.GaugeFunc
 	livePods      prometheus.GaugeFunc
+	shards        prometheus.GaugeFunc
 
 	// The decide path's children of the vectors, looked up once:
 	// WithLabelValues hashes its labels on every call.
@@ -89,7 +90,15 @@ func newMetrics(reg prometheus.Registerer, region string, s *Service) (*metrics,
 		}, []string{"result"}),
 		dropped: prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "allot_report_units_dropped_total", Help: "Units not counted for reports because the tenant table was full.", ConstLabels: cl,
-		}, func() float64 { return float64(s.counts.dropped.Load()) }),
+		}, func() float64 {
+			var n int64
+			if cs := s.counts.Load(); cs != nil {
+				for _, c := range *cs {
+					n += c.dropped.Load()
+				}
+			}
+			return float64(n)
+		}),
 		policyVersion: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "allot_policy_version", Help: "Policy version this pod enforces.", ConstLabels: cl,
 		}, func() float64 {
@@ -100,6 +109,9 @@ func newMetrics(reg prometheus.Registerer, region string, s *Service) (*metrics,
 		livePods: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "allot_live_pods", Help: "Live pods in the region as membership sees them.", ConstLabels: cl,
 		}, func() float64 { return float64(s.livePods()) }),
+		shards: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "allot_pod_shards", Help: "Coordinator shards this pod reports to (0 while it waits for the count in etcd).", ConstLabels: cl,
+		}, func() float64 { return float64(s.view.shards()) }),
 	}
 	if reg == nil {
 		m.lookUp()
@@ -115,7 +127,7 @@ func newMetrics(reg prometheus.Registerer, region string, s *Service) (*metrics,
 	if m.fallback, err = register(reg, m.fallback); err != nil {
 		return nil, err
 	}
-	for _, c := range []prometheus.Collector{m.storeDuration, m.storeErrors, m.grantAge, m.leaseValid, m.leaseLeft, m.reports, m.earlyReports, m.pushes, m.dropped, m.policyVersion, m.livePods, newLeaseUnits(m)} {
+	for _, c := range []prometheus.Collector{m.storeDuration, m.storeErrors, m.grantAge, m.leaseValid, m.leaseLeft, m.reports, m.earlyReports, m.pushes, m.dropped, m.policyVersion, m.livePods, m.shards, newLeaseUnits(m)} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

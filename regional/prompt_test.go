@@ -36,18 +36,19 @@ func TestEarlyGate(t *testing.T) {
 // answer put it.
 func TestPushAppliesWithoutLease(t *testing.T) {
 	v := newView("us-east", nil, 0)
+	v.setShards(1)
 	now := time.Now()
-	v.answered(now, shares.Answer{Term: 1, Lease: 10 * time.Second, Full: true, Epoch: 1,
+	v.answered(0, now, shares.Answer{Term: 1, Lease: 10 * time.Second, Full: true, Epoch: 1,
 		Entries: []shares.Entry{{Tenant: "a", Grant: shares.Grant{Rate: 50, Burst: 10, Epoch: 1}}}}, now)
 	until := v.leaseUntil()
-	v.pushed(shares.Answer{Term: 1, Epoch: 2,
+	v.pushed(0, shares.Answer{Term: 1, Epoch: 2,
 		Entries: []shares.Entry{{Tenant: "a", Grant: shares.Grant{Rate: 20, Burst: 4, Epoch: 2}}}}, now.Add(time.Second))
 	select {
-	case <-v.shrunk:
+	case <-v.shrunk[0]:
 	default:
 		t.Error("a push that shrank a grant was not signalled")
 	}
-	if g, _ := v.pod.Grant("a"); g.Rate != 20 || g.Epoch != 2 {
+	if g, _ := v.pods[0].Grant("a"); g.Rate != 20 || g.Epoch != 2 {
 		t.Errorf("after the push the pod holds %+v, want the pushed 20/s at epoch 2", g)
 	}
 	if got := v.leaseUntil(); !got.Equal(until) {
@@ -61,6 +62,7 @@ func TestPushAppliesWithoutLease(t *testing.T) {
 // the leader can make the grow that waits for the acknowledgement.
 func TestAnswerSignalsShrinks(t *testing.T) {
 	v := newView("us-east", nil, 0)
+	v.setShards(1)
 	for i, step := range []struct {
 		tenant string
 		epoch  uint64
@@ -77,11 +79,11 @@ func TestAnswerSignalsShrinks(t *testing.T) {
 		{"a", 7, 90, 20, false}, // grow
 		{"a", 3, 10, 1, false},  // an older epoch: ignored
 	} {
-		v.answered(time.Now(), shares.Answer{Term: 1, Lease: time.Minute, Full: i == 0, Epoch: step.epoch,
+		v.answered(0, time.Now(), shares.Answer{Term: 1, Lease: time.Minute, Full: i == 0, Epoch: step.epoch,
 			Entries: []shares.Entry{{Tenant: step.tenant, Grant: shares.Grant{Rate: step.rate, Burst: step.burst, Epoch: step.epoch}}}}, time.Now())
 		got := false
 		select {
-		case <-v.shrunk:
+		case <-v.shrunk[0]:
 			got = true
 		default:
 		}

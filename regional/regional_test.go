@@ -126,6 +126,13 @@ func startPodWith(t testing.TB, etcd *etcdtest.Server, store gcra.Store, adjust 
 	// loaded, and answered, before the check below.
 	_, _, perr := st.Policy(ctx)
 	policyBefore := perr == nil
+	if !leader {
+		// No coordinator records the shard count: the pod would wait
+		// for it before it reports.
+		if _, err := st.InitShards(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
 	reg := prometheus.NewRegistry()
 	cfg := DefaultConfig()
 	cfg.Region, cfg.Store, cfg.Etcd, cfg.Registerer = "us-east", store, etcd.Client(t), reg
@@ -466,7 +473,7 @@ var testGrants atomic.Uint64
 func testGrant(v *view, tenant string, g shares.Grant) {
 	n := testGrants.Add(1)
 	g.Epoch = 1
-	v.answered(time.Now(), shares.Answer{Term: 1<<62 + n, Lease: time.Minute, Full: true, Epoch: 1,
+	v.answered(shares.ShardOf(tenant, v.shards()), time.Now(), shares.Answer{Term: 1<<62 + n, Lease: time.Minute, Full: true, Epoch: 1,
 		Entries: []shares.Entry{{Tenant: tenant, Grant: g}}}, time.Now())
 }
 
@@ -495,7 +502,7 @@ func waitBudget(tb testing.TB, p *pod, tenant string, rate float64, burst int64)
 func waitShare(tb testing.TB, p *pod, want int) {
 	tb.Helper()
 	wait.Until(tb, 10*time.Second, func() error {
-		if got := p.s.view.failOpenShare(time.Now()); got != want {
+		if got := p.s.view.failOpenShare(0, time.Now()); got != want {
 			return fmt.Errorf("fail-open share 1/%d, want 1/%d", got, want)
 		}
 		return nil

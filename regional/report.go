@@ -12,15 +12,22 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/allot-dev/allot/internal/state"
 	allotv1 "github.com/allot-dev/allot/proto/allot/v1"
 	"github.com/allot-dev/allot/shares"
 )
 
-// reporter sends the pod's counts to the leader every interval and applies
-// the lease its answer carries. A report that fails is dropped (its counts
-// are lost, not retried): the next interval's report carries fresh ones.
+// reporter sends the pod's counts of one coordinator shard's tenants to
+// that shard's leader every interval and applies the lease its answer
+// carries. A report that fails is dropped (its counts are lost, not
+// retried): the next interval's report carries fresh ones. A pod runs one
+// per shard.
 type reporter struct {
-	s *Service
+	s      *Service
+	shard  int
+	store  *state.Store // the shard's election
+	counts *counters    // the shard's tenants' counts
+	shrunk <-chan struct{}
 
 	mu     sync.Mutex
 	leader string // gRPC address
@@ -35,7 +42,7 @@ type reporter struct {
 	seq uint64
 }
 
-func newReporter(s *Service) *reporter {
+func newReporter(s *Service, shard int, counts *counters) *reporter {
 	creds := s.cfg.CoordinatorCreds
 	if creds == nil {
 		creds = insecure.NewCredentials()
@@ -47,7 +54,7 @@ func newReporter(s *Service) *reporter {
 	if s.cfg.ReportToken != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(reportToken(s.cfg.ReportToken)))
 	}
-	return &reporter{s: s, dial: func(addr string) (*grpc.ClientConn, error) {
+	return &reporter{s: s, shard: shard, store: s.store.Shard(shard), counts: counts, shrunk: s.view.shrunk[shard], dial: func(addr string) (*grpc.ClientConn, error) {
 		return grpc.NewClient(addr, opts...)
 	}}
 }
@@ -150,11 +157,11 @@ func (r *reporter) run(ctx context.Context) error {
 			if r.feed(tr, false) {
 				want(stepGap)
 			}
-		case <-r.s.counts.fresh:
+		case <-r.counts.fresh:
 			if r.feed(tr, false) {
 				want(stepGap)
 			}
-		case <-r.s.view.shrunk:
+		case <-r.shrunk:
 			want(ackGap)
 		case <-early.C:
 			gate.last, gate.due = cfg.Now(), time.Time{}
@@ -210,7 +217,7 @@ func (r *reporter) watchOnce(ctx context.Context) bool {
 		if !resp.GetAccepted() {
 			continue
 		}
-		r.s.view.pushed(answerFromPB(resp), r.s.cfg.Now())
+		r.s.view.pushed(r.shard, answerFromPB(resp), r.s.cfg.Now())
 		r.s.m.pushes.WithLabelValues("applied").Inc()
 		got = true
 	}
@@ -221,7 +228,7 @@ func (r *reporter) watchOnce(ctx context.Context) bool {
 // whether some tenant stepped and is not reported yet.
 func (r *reporter) feed(tr *shares.Tracker, evict bool) bool {
 	now := r.s.cfg.Now()
-	for t, u := range r.s.counts.drain(evict) {
+	for t, u := range r.counts.drain(evict) {
 		tr.Add(now, t, u.Offered, u.Admitted)
 	}
 	return tr.Steps() > 0
@@ -272,7 +279,7 @@ func (r *reporter) client(ctx context.Context) (allotv1.CoordinatorClient, error
 	defer r.mu.Unlock()
 	if r.conn == nil {
 		addr := ""
-		l, err := r.s.store.Leader(ctx)
+		l, err := r.store.Leader(ctx)
 		switch {
 		case err == nil && l.GRPC != "":
 			addr = l.GRPC
@@ -315,7 +322,7 @@ func (r *reporter) redirect(addr string) {
 // report sends one report (following one redirect), applies the answer,
 // and reports whether a leader answered.
 func (r *reporter) report(ctx context.Context, out outgoing) bool {
-	term, applied, held, st := r.s.view.reportState(r.s.cfg.Now())
+	term, applied, held, st := r.s.view.reportState(r.shard, r.s.cfg.Now())
 	r.seq++
 	req := &allotv1.ReportRequest{
 		Region: r.s.cfg.Region, Pod: r.s.cfg.Pod, IntervalMs: max(1, out.interval.Milliseconds()),
@@ -337,7 +344,7 @@ func (r *reporter) report(ctx context.Context, out outgoing) bool {
 		if err != nil {
 			r.s.m.reports.WithLabelValues("no_leader").Inc()
 			r.s.log.Debug("no leader to report to", "err", err)
-			r.s.view.unanswered()
+			r.s.view.unanswered(r.shard)
 			return false
 		}
 		rctx, cancel := context.WithTimeout(ctx, r.s.cfg.ReportTimeout)
@@ -349,7 +356,7 @@ func (r *reporter) report(ctx context.Context, out outgoing) bool {
 			r.s.m.reports.WithLabelValues("region_removed").Inc()
 			r.s.log.Warn("the leader says this pod's region is not in the policy: enforcing nothing for budget limits",
 				"region", r.s.cfg.Region)
-			r.s.view.removed()
+			r.s.view.removed(r.shard)
 			return true
 		}
 		if status.Code(err) == codes.FailedPrecondition {
@@ -363,16 +370,16 @@ func (r *reporter) report(ctx context.Context, out outgoing) bool {
 			r.s.m.reports.WithLabelValues("failed").Inc()
 			r.s.log.Debug("report failed", "err", err)
 			r.redirect("") // look the leader up again next time
-			r.s.view.unanswered()
+			r.s.view.unanswered(r.shard)
 			return false
 		}
 		if !resp.GetAccepted() {
 			r.s.m.reports.WithLabelValues("redirected").Inc()
 			r.redirect(resp.GetLeader())
-			r.s.view.unanswered()
+			r.s.view.unanswered(r.shard)
 			// Carry what the pod holds to the leader named (a new one may
 			// renew it).
-			term, applied, held, st = r.s.view.reportState(r.s.cfg.Now())
+			term, applied, held, st = r.s.view.reportState(r.shard, r.s.cfg.Now())
 			req.Term, req.AppliedEpoch, req.Held, req.HeardTerm, req.RenewedBy, req.Leased = term, applied, heldPB(held), st.heard, st.renewedBy, st.leased
 			req.HeldSent = held != nil
 			continue
@@ -387,7 +394,7 @@ func (r *reporter) report(ctx context.Context, out outgoing) bool {
 		} else {
 			r.s.m.reports.WithLabelValues("accepted").Inc()
 		}
-		r.s.view.answered(sentAt, answerFromPB(resp), r.s.cfg.Now())
+		r.s.view.answered(r.shard, sentAt, answerFromPB(resp), r.s.cfg.Now())
 		return true
 	}
 	return false

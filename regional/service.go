@@ -25,12 +25,15 @@ import (
 // store with the region's grants, reports traffic to the leader, and
 // degrades as each limit's on_failure says when the store fails.
 type Service struct {
-	cfg     Config
-	log     *slog.Logger
-	m       *metrics
-	store   *state.Store
-	view    *view
-	counts  *counters
+	cfg   Config
+	log   *slog.Logger
+	m     *metrics
+	store *state.Store
+	view  *view
+	// counts holds, per coordinator shard, the counts its reporter sends
+	// (nil until the shard count is known: decisions are then not
+	// counted, and budget limits enforce nothing).
+	counts  atomic.Pointer[[]*counters]
 	breaker *gobreaker.CircuitBreaker[[]gcra.Answer]
 	local   *memstore.Store // the fallback limiter
 
@@ -45,8 +48,6 @@ type Service struct {
 
 	failMu     sync.Mutex
 	failLogged map[string]time.Time
-
-	rep *reporter
 
 	warm atomic.Bool // the store answered once (or warmUp gave up)
 }
@@ -91,7 +92,6 @@ func New(cfg Config) (*Service, error) {
 		log:        cfg.Logger.With("component", "regional", "region", cfg.Region, "pod", cfg.Pod),
 		store:      st,
 		view:       newView(cfg.Region, st, cfg.Drift),
-		counts:     newCounters(cfg.MaxTenants),
 		local:      local,
 		failLogged: map[string]time.Time{},
 	}
@@ -113,7 +113,6 @@ func New(cfg Config) (*Service, error) {
 	if s.m, err = newMetrics(cfg.Registerer, cfg.Region, s); err != nil {
 		return nil, err
 	}
-	s.rep = newReporter(s)
 	return s, nil
 }
 
@@ -165,10 +164,71 @@ func (s *Service) Run(ctx context.Context) error {
 		return ignoreCtx(state.Mirror(ctx, s.cfg.Etcd, s.store.BudgetsPrefix(), budgetMirror{s.view}, 0, logErr("budgets")))
 	})
 	g.Go(func() error { return ignoreCtx(s.local.Run(ctx)) })
-	g.Go(func() error { return s.rep.run(ctx) })
+	g.Go(func() error { return s.report(ctx) })
 	g.Go(func() error { s.warmUp(ctx); return nil })
 	g.Go(func() error { return s.leases.Run(ctx) })
 	return g.Wait()
+}
+
+// report waits for the cluster's coordinator shard count, then runs one
+// reporter per shard until ctx ends.
+func (s *Service) report(ctx context.Context) error {
+	n, err := s.awaitShards(ctx)
+	if err != nil {
+		return ignoreCtx(err)
+	}
+	s.startShards(n)
+	g, ctx := errgroup.WithContext(ctx)
+	for i, c := range *s.counts.Load() {
+		r := newReporter(s, i, c)
+		g.Go(func() error { return r.run(ctx) })
+	}
+	return g.Wait()
+}
+
+// startShards sets up n shards' protocol state and counts.
+func (s *Service) startShards(n int) {
+	s.view.setShards(n)
+	cs := make([]*counters, n)
+	for i := range cs {
+		cs[i] = newCounters(s.cfg.MaxTenants)
+	}
+	s.counts.Store(&cs)
+}
+
+// awaitShards reads the coordinator shard count from etcd, polling until a
+// coordinator recorded it (a pod of a new cluster may start first).
+func (s *Service) awaitShards(ctx context.Context) (int, error) {
+	logged := false
+	for {
+		rctx, cancel := context.WithTimeout(ctx, s.cfg.ReportTimeout)
+		n, err := s.store.Shards(rctx)
+		cancel()
+		if err == nil {
+			if n > 1 {
+				s.log.Info("coordinator shards", "shards", n)
+			}
+			return n, nil
+		}
+		if !logged {
+			logged = true
+			s.log.Info("waiting for a coordinator to record the cluster's shard count in etcd (the pod reports once it is there)", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// countsOf returns shard's counts (nil before the shard count is known).
+func (s *Service) countsOf(shard int) *counters {
+	cs := s.counts.Load()
+	if cs == nil || shard < 0 || shard >= len(*cs) {
+		return nil
+	}
+	return (*cs)[shard]
 }
 
 func ignoreCtx(err error) error {
@@ -187,9 +247,7 @@ func (s *Service) livePods() int {
 }
 
 func (s *Service) grantAge() float64 {
-	s.view.mu.RLock()
-	at := s.view.grantsAt
-	s.view.mu.RUnlock()
+	at := s.view.grantsOldest()
 	if at.IsZero() {
 		return -1
 	}

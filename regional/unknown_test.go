@@ -127,7 +127,7 @@ func TestUnknownTenantsDeny(t *testing.T) {
 	if got := testutil.ToFloat64(p.s.m.decisions.WithLabelValues(policy.UnknownTenantLimit, "us-east", "denied")); got != float64(denials) {
 		t.Errorf(`allot_decisions_total{limit="unknown_tenant",result="denied"} = %v, want %d`, got, denials)
 	}
-	if _, counted := p.s.counts.m.Load("stranger"); counted {
+	if _, counted := p.s.countsOf(0).m.Load("stranger"); counted {
 		t.Error("the stranger's requests are counted for the report: the coordinator would learn the tenant")
 	}
 

@@ -17,10 +17,11 @@ import (
 )
 
 // view is a pod's copy of what etcd says (the policy and the tenant budgets
-// set through the admin API) and of what the leader's answers said (its
+// set through the admin API) and of what the leaders' answers said (its
 // region's grants, the lease, the cold floor and the fail-open share, held
-// in a shares.Pod). Reads take the read lock; the mirrors and the reporter
-// take the write lock.
+// in one shares.Pod per coordinator shard: a tenant's grants come from the
+// leader of its shard alone). Reads take the read lock; the mirrors and the
+// reporters take the write lock.
 type view struct {
 	region string
 	store  *state.Store
@@ -30,17 +31,22 @@ type view struct {
 	doc           *policy.Document
 	policyVersion int64
 	budgets       map[string]*state.BudgetRecord
-	pod           *shares.Pod
 	policyLoaded  bool
-	grantsAt      time.Time // when an answer last carried grants (pod clock)
+	// pods holds, per coordinator shard, the protocol state its leader's
+	// answers set (nil until the shard count is known: see setShards);
+	// grantsAt, when an answer of that shard last carried grants (pod
+	// clock).
+	pods     []*shares.Pod
+	grantsAt []time.Time
 
-	// shrunk is signalled (without blocking; buffered 1) when an answer
-	// lowers a tenant's rate or burst: the leader may be holding back a
-	// grow elsewhere until this pod acknowledges it, so the reporter
-	// reports soon rather than at its next tick. Also when a new leader's
-	// renewal applied (its learning may end once it knows) and when the
-	// leader asks for a report (a push with ReportNow).
-	shrunk chan struct{}
+	// shrunk, per shard, is signalled (without blocking; buffered 1) when
+	// an answer lowers a tenant's rate or burst: the leader may be holding
+	// back a grow elsewhere until this pod acknowledges it, so the
+	// shard's reporter reports soon rather than at its next tick. Also
+	// when a new leader's renewal applied (its learning may end once it
+	// knows) and when the leader asks for a report (a push with
+	// ReportNow). Set with pods.
+	shrunk []chan struct{}
 
 	// gen counts changes of the policy or budgets; tenant entries of an
 	// older generation are recomputed.
@@ -59,6 +65,7 @@ type tenantEntry struct {
 	resolved policy.Resolved
 	budget   shares.Budget
 	own      shares.Ceiling // the budget's floor here by the pod's own reading
+	shard    int            // the tenant's coordinator shard (-1: shard count not known yet)
 	shadow   bool           // the tenant's budget record is in shadow mode
 	// limits holds, per resolved limit (same index), what the decide path
 	// would otherwise work out again on every request.
@@ -84,17 +91,59 @@ func newView(region string, store *state.Store, drift time.Duration) *view {
 		store:   store,
 		drift:   drift,
 		budgets: map[string]*state.BudgetRecord{},
-		pod:     shares.NewPod(region, drift),
-		shrunk:  make(chan struct{}, 1),
 	}
 }
 
-// ready reports whether the policy is loaded and a leader sent the region's
-// grants once.
+// setShards sets the coordinator shard count, once: a pod per shard, each
+// enforcing nothing for budget limits until its leader answers. A later
+// call changes nothing and reports false.
+func (v *view) setShards(n int) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.pods != nil || n < 1 {
+		return false
+	}
+	v.pods = make([]*shares.Pod, n)
+	v.grantsAt = make([]time.Time, n)
+	v.shrunk = make([]chan struct{}, n)
+	for i := range v.pods {
+		v.pods[i] = shares.NewPod(v.region, v.drift)
+		v.shrunk[i] = make(chan struct{}, 1)
+	}
+	v.gen.Add(1)
+	return true
+}
+
+// shards returns the shard count (0 before setShards).
+func (v *view) shards() int {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return len(v.pods)
+}
+
+// podFor returns the protocol state of tenant's shard (nil before
+// setShards). Callers hold v.mu or own the view (tests).
+func (v *view) podFor(tenant string) *shares.Pod {
+	if len(v.pods) == 0 {
+		return nil
+	}
+	return v.pods[shares.ShardOf(tenant, len(v.pods))]
+}
+
+// ready reports whether the policy is loaded and every shard's leader sent
+// the region's grants once.
 func (v *view) ready() bool {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	return v.policyLoaded && v.pod.Synced() && v.doc != nil && slices.Contains(v.doc.Regions, v.region)
+	if !v.policyLoaded || len(v.pods) == 0 || v.doc == nil || !slices.Contains(v.doc.Regions, v.region) {
+		return false
+	}
+	for _, p := range v.pods {
+		if !p.Synced() {
+			return false
+		}
+	}
+	return true
 }
 
 // tenant returns tenant's resolved policy, or nil before a policy is loaded.
@@ -108,13 +157,17 @@ func (v *view) tenant(id string) *tenantEntry {
 	v.mu.RLock()
 	doc := v.doc
 	rec := v.budgets[id]
+	n := len(v.pods)
 	g = v.gen.Load()
 	v.mu.RUnlock()
 	if doc == nil {
 		return nil
 	}
 	var over *policy.Budget
-	te := &tenantEntry{gen: g}
+	te := &tenantEntry{gen: g, shard: -1}
+	if n > 0 {
+		te.shard = shares.ShardOf(id, n)
+	}
 	if rec != nil {
 		over = &rec.Budget
 		te.shadow = rec.Shadow
@@ -155,7 +208,10 @@ func (v *view) tenant(id string) *tenantEntry {
 func (v *view) effective(now time.Time, te *tenantEntry) (float64, int64, bool) {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	return v.pod.Effective(now, te.resolved.Tenant, te.own)
+	if te.shard < 0 || te.shard >= len(v.pods) {
+		return 0, 0, false // (the entry predates the shard count: it is recomputed)
+	}
+	return v.pods[te.shard].Effective(now, te.resolved.Tenant, te.own)
 }
 
 // ownLocked is a budget's floor in this region by the pod's own reading of
@@ -180,30 +236,39 @@ func (v *view) ownTenantLocked(tenant string) shares.Ceiling {
 	return v.ownLocked(v.doc.TenantBudget(tenant, over).Shares())
 }
 
-// failOpenShare returns the denominator of the pod's fail-open share now (0:
-// it may not fail open).
-func (v *view) failOpenShare(now time.Time) int {
+// failOpenShare returns the denominator of the pod's fail-open share of
+// shard's tenants' budgets now (0: it may not fail open).
+func (v *view) failOpenShare(shard int, now time.Time) int {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	return v.pod.FailOpenShare(now)
+	if shard < 0 || shard >= len(v.pods) {
+		return 0
+	}
+	return v.pods[shard].FailOpenShare(now)
 }
 
-// leaderPods is the region's pod count as the leader last counted it.
+// leaderPods is the region's pod count as the leaders last counted it (the
+// largest count any shard's leader gave).
 func (v *view) leaderPods() int {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	return v.pod.Pods()
+	n := 0
+	for _, p := range v.pods {
+		n = max(n, p.Pods())
+	}
+	return n
 }
 
-// reportState returns what the next report carries: the term and epoch of
-// the grants the pod holds, and those grants when they are of an older term
-// than the last answering leader's.
-func (v *view) reportState(now time.Time) (term, applied uint64, held []shares.Entry, st standing) {
+// reportState returns what shard's next report carries: the term and epoch
+// of the grants the pod holds, and those grants when they are of an older
+// term than the last answering leader's.
+func (v *view) reportState(shard int, now time.Time) (term, applied uint64, held []shares.Entry, st standing) {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	term, applied = v.pod.State()
-	st.heard, st.renewedBy, st.leased = v.pod.Standing(now)
-	return term, applied, v.pod.Held(), st
+	p := v.pods[shard]
+	term, applied = p.State()
+	st.heard, st.renewedBy, st.leased = p.Standing(now)
+	return term, applied, p.Held(), st
 }
 
 // standing is what a report says of the pod's standing (see
@@ -213,83 +278,114 @@ type standing struct {
 	leased           bool
 }
 
-// answered applies the leader's answer to the report sent at sentAt.
-func (v *view) answered(sentAt time.Time, a shares.Answer, now time.Time) {
-	v.apply(a, now, func() { v.pod.Answered(now, sentAt, a, v.ownTenantLocked) })
+// answered applies shard's leader's answer to the report sent at sentAt.
+func (v *view) answered(shard int, sentAt time.Time, a shares.Answer, now time.Time) {
+	v.apply(shard, a, now, func(p *shares.Pod) { p.Answered(now, sentAt, a, v.ownTenantLocked) })
 }
 
-// pushed applies a push (an answer to no report, which renews no lease).
-func (v *view) pushed(a shares.Answer, now time.Time) {
+// pushed applies a push of shard's leader (an answer to no report, which
+// renews no lease).
+func (v *view) pushed(shard int, a shares.Answer, now time.Time) {
 	if a.ReportNow {
 		// The leader asks for a report: it grants, and this pod holds an
 		// older term's grants it renewed.
-		v.signal()
+		v.signal(shard)
 		return
 	}
-	v.apply(a, now, func() { v.pod.Pushed(now, a, v.ownTenantLocked) })
+	v.apply(shard, a, now, func(p *shares.Pod) { p.Pushed(now, a, v.ownTenantLocked) })
 }
 
-// signal asks the reporter for an early report (without blocking).
-func (v *view) signal() {
+// signal asks shard's reporter for an early report (without blocking).
+func (v *view) signal(shard int) {
+	v.mu.RLock()
+	ch := v.shrunk[shard]
+	v.mu.RUnlock()
 	select {
-	case v.shrunk <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }
 
-// apply applies answer a with fn, under the lock, and signals shrunk when
-// it shrank a grant.
-func (v *view) apply(a shares.Answer, now time.Time, fn func()) {
+// apply applies answer a to shard's state with fn, under the lock, and
+// signals shrunk when it shrank a grant.
+func (v *view) apply(shard int, a shares.Answer, now time.Time, fn func(*shares.Pod)) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	p := v.pods[shard]
 	shrunk := false
 	for _, e := range a.Entries {
-		if g, ok := v.pod.Grant(e.Tenant); ok && e.Grant.Epoch > g.Epoch && (e.Grant.Rate < g.Rate || e.Grant.Burst < g.Burst) {
+		if g, ok := p.Grant(e.Tenant); ok && e.Grant.Epoch > g.Epoch && (e.Grant.Rate < g.Rate || e.Grant.Burst < g.Burst) {
 			shrunk = true
 		}
 	}
-	_, renewedBefore, _ := v.pod.Standing(now)
-	fn()
-	if _, renewed, _ := v.pod.Standing(now); renewed > renewedBefore {
+	_, renewedBefore, _ := p.Standing(now)
+	fn(p)
+	if _, renewed, _ := p.Standing(now); renewed > renewedBefore {
 		// A new leader renewed what the pod holds: tell it at once that
 		// the renewal applied, so that its learning can end.
 		shrunk = true
 	}
 	if (len(a.Entries) > 0 && !a.Learning) || a.Full {
 		// (A learning answer's entries only lower held floors.)
-		v.grantsAt = now
+		v.grantsAt[shard] = now
 	}
 	if shrunk {
-		v.signal()
+		select {
+		case v.shrunk[shard] <- struct{}{}:
+		default:
+		}
 	}
 }
 
-// unanswered records that a report got no answer from a leader.
-func (v *view) unanswered() {
+// unanswered records that shard's report got no answer from a leader.
+func (v *view) unanswered(shard int) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.pod.Unanswered()
+	v.pods[shard].Unanswered()
 }
 
-// removed records that the leader said the pod's region is not in the
+// removed records that shard's leader said the pod's region is not in the
 // policy.
-func (v *view) removed() {
+func (v *view) removed(shard int) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.pod.Removed()
+	v.pods[shard].Removed()
 }
 
 // lowerFloors lowers every grant's floor to the pod's own reading, after the
 // policy or a budget changed. v.mu held.
 func (v *view) lowerFloorsLocked() {
-	v.pod.LowerFloors(v.ownTenantLocked)
+	for _, p := range v.pods {
+		p.LowerFloors(v.ownTenantLocked)
+	}
 }
 
-// leaseUntil returns when the pod's lease ends (zero: never renewed).
+// leaseUntil returns when the pod's lease ends: the soonest any shard's
+// ends (zero: some shard's never renewed, or the shard count is not known).
 func (v *view) leaseUntil() time.Time {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	return v.pod.LeaseUntil()
+	var u time.Time
+	for i, p := range v.pods {
+		if l := p.LeaseUntil(); i == 0 || l.Before(u) {
+			u = l
+		}
+	}
+	return u
+}
+
+// grantsOldest returns when the answer of the shard that went longest without
+// one last carried grants (zero: some shard's never did).
+func (v *view) grantsOldest() time.Time {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	var at time.Time
+	for i, g := range v.grantsAt {
+		if i == 0 || g.Before(at) {
+			at = g
+		}
+	}
+	return at
 }
 
 // policyMirror feeds the current-policy key.
@@ -346,12 +442,14 @@ func (m budgetMirror) Put(kv *mvccpb.KeyValue) {
 	}
 	m.v.mu.Lock()
 	m.v.budgets[rec.Tenant] = &rec
-	m.v.pod.LowerFloors(func(t string) shares.Ceiling {
-		if t != rec.Tenant {
-			return shares.Ceiling{Rate: math.Inf(1), Burst: math.MaxInt64}
-		}
-		return m.v.ownTenantLocked(t)
-	})
+	if p := m.v.podFor(rec.Tenant); p != nil {
+		p.LowerFloors(func(t string) shares.Ceiling {
+			if t != rec.Tenant {
+				return shares.Ceiling{Rate: math.Inf(1), Burst: math.MaxInt64}
+			}
+			return m.v.ownTenantLocked(t)
+		})
+	}
 	m.v.mu.Unlock()
 	m.v.gen.Add(1)
 }

@@ -60,6 +60,21 @@ func (o *adminOpts) client() (*adminClient, error) {
 	return c, nil
 }
 
+// at returns a client of the coordinator at addr (an advertised HTTP
+// address, host:port or a URL), with this one's scheme, token and options.
+func (c *adminClient) at(addr string) (*adminClient, error) {
+	u, err := url.Parse(addr)
+	if err != nil || u.Host == "" {
+		u = &url.URL{Scheme: c.base.Scheme, Host: addr}
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("coordinator address %q: want host:port", addr)
+	}
+	d := *c
+	d.base = u
+	return &d, nil
+}
+
 // apiError is an error answer of the coordinator.
 type apiError struct {
 	Status int

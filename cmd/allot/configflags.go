@@ -17,6 +17,8 @@ var coordinatorFlags = map[string]string{
 	"Lease":             "--lease",
 	"TenantIdleTimeout": "--tenant-idle-timeout",
 	"MaxTenants":        "--max-tenants",
+	"Shard":             "--shard",
+	"Shards":            "--shards",
 }
 
 // flagError turns a *coordinator.FieldError about a field that a flag sets

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,6 +41,8 @@ type coordinatorOpts struct {
 	serverTLS      tlsconfig.Server
 	idle           time.Duration
 	maxTenants     int
+	shard          string // a number, or "from-hostname"
+	shards         int
 	ops            opsConfig
 	etcdTLS        tlsconfig.Client
 	etcdAuth       etcdAuth
@@ -58,6 +61,14 @@ region's grants that changed since the pod last applied them (nothing is
 written to etcd per grant). A new leader learns for --lease + --session-ttl
 before it grants: it renews no lease until every older one has expired.
 The others wait, and answer pods with the leader's address.
+
+With --shards N the tenants are split between N coordinator shards by a
+stable hash of the tenant's name; each shard elects its own leader, and
+pods report each tenant to its shard's leader. Run each replica with
+--shard I (0 to N-1), or --shard from-hostname to take I from the trailing
+number of the hostname (coord-2 runs shard 2), as a StatefulSet names its
+pods. The first coordinator of a new cluster records N in etcd; it is fixed
+from then on, and a replica started with another --shards exits.
 
 Tenants with no budget record and no policy entry are forgotten (their grants
 dropped at every pod) after --tenant-idle-timeout without traffic; at most
@@ -80,7 +91,9 @@ are refused as unauthenticated. Without either it does not start, unless
   ALLOT_ETCD=http://etcd-0:2379,http://etcd-1:2379 allot coordinator --insecure-admin --insecure-reports \
     --grpc-listen 0.0.0.0:7071 --http-listen 0.0.0.0:7070 --advertise-grpc coord-0.allot:7071
   allot coordinator --etcd http://127.0.0.1:2379 --admin-token-file /etc/allot/token \
-    --tls-cert tls.crt --tls-key tls.key --tls-client-ca ca.crt   # pods report with client certificates`,
+    --tls-cert tls.crt --tls-key tls.key --tls-client-ca ca.crt   # pods report with client certificates
+  allot coordinator --etcd http://etcd:2379 --report-token-file /etc/allot/report-token \
+    --shards 4 --shard from-hostname   # in a StatefulSet of 4 or more: coord-0 … coord-3 lead one shard each`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runCoordinator(cmd.Context(), s, o) },
 	}
@@ -97,6 +110,8 @@ are refused as unauthenticated. Without either it does not start, unless
 	f.DurationVar(&o.lease, "lease", def.Lease, "lease granted to pods per report; must exceed --session-ttl + --rebalance-interval and be at least two --rebalance-interval")
 	f.DurationVar(&o.idle, "tenant-idle-timeout", def.TenantIdleTimeout, "forget a tenant with no budget record and no policy entry, dropping its grants, after this long without traffic (0: never)")
 	f.IntVar(&o.maxTenants, "max-tenants", def.MaxTenants, "most tenants tracked from reports; beyond it, tenants stay on cold floors, counted in allot_coordinator_tenants_dropped_total (0: no cap)")
+	f.StringVar(&o.shard, "shard", "0", "the coordinator shard this replica runs (0 to --shards minus 1), or from-hostname: the hostname's trailing number")
+	f.IntVar(&o.shards, "shards", 0, "coordinator shards of the cluster: recorded by the first coordinator of a new cluster, fixed after (0: the cluster's; 1 for a new one)")
 	f.StringVar(&o.adminTokenFile, "admin-token-file", "", "file holding the bearer token admin writes must carry")
 	f.BoolVar(&o.insecureAdmin, "insecure-admin", false, "accept admin writes without a token")
 	f.StringVar(&o.reportToken, "report-token-file", "", "file holding the region token pods' reports must carry (the pods' --report-token-file)")
@@ -195,6 +210,10 @@ func runCoordinator(ctx context.Context, s *streams, o coordinatorOpts) error {
 	cfg.GRPCAddr, cfg.HTTPAddr = or(o.advertiseGRPC, o.grpcListen), or(o.advertiseHTTP, o.httpListen)
 	cfg.RebalanceInterval, cfg.SessionTTL, cfg.Lease = o.rebalance, o.sessionTTL, o.lease
 	cfg.TenantIdleTimeout, cfg.MaxTenants = o.idle, o.maxTenants
+	if cfg.Shard, err = parseShard(o.shard, os.Hostname); err != nil {
+		return err
+	}
+	cfg.Shards = o.shards
 	cfg.Logger, cfg.Registerer = log, reg
 	cfg.Reports = reports
 	// The whole configuration, the allocator's included, before anything
@@ -227,6 +246,31 @@ func runCoordinator(ctx context.Context, s *streams, o coordinatorOpts) error {
 	err = srv.run(ctx, coord.Handler(auth, reg), nil, coord.Run)
 	log.Info("coordinator stopped")
 	return err
+}
+
+// parseShard reads --shard: a number, or from-hostname, the trailing
+// number of the hostname (a StatefulSet's pod coord-2 runs shard 2).
+func parseShard(v string, hostname func() (string, error)) (int, error) {
+	if v == "from-hostname" {
+		h, err := hostname()
+		if err != nil {
+			return 0, usagef("--shard from-hostname: %v", err)
+		}
+		i := len(h)
+		for i > 0 && h[i-1] >= '0' && h[i-1] <= '9' {
+			i--
+		}
+		if i == len(h) || len(h)-i > 3 {
+			return 0, usagef("--shard from-hostname: hostname %q does not end in a shard number (as a StatefulSet's coord-2 does); set --shard I", h)
+		}
+		n, _ := strconv.Atoi(h[i:])
+		return n, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, usagef("--shard %q: want a shard number from 0, or from-hostname", v)
+	}
+	return n, nil
 }
 
 func or(a, b string) string {

@@ -11,11 +11,16 @@ import (
 func init() { register(newSharesCmd, newStatusCmd) }
 
 type sharesJSON struct {
-	Tenant  string  `json:"tenant"`
-	Rate    float64 `json:"rate"`
-	Burst   int64   `json:"burst"`
-	Mode    string  `json:"mode"`
-	Source  string  `json:"source"`
+	Tenant string  `json:"tenant"`
+	Rate   float64 `json:"rate"`
+	Burst  int64   `json:"burst"`
+	Mode   string  `json:"mode"`
+	Source string  `json:"source"`
+	Shard  int     `json:"shard"`
+	Leader *struct {
+		ID   string `json:"id"`
+		HTTP string `json:"http"`
+	} `json:"shard_leader,omitempty"`
 	Regions []struct {
 		Region    string  `json:"region"`
 		Rate      float64 `json:"rate"`
@@ -30,8 +35,11 @@ type sharesJSON struct {
 func newSharesCmd(s *streams) *cobra.Command {
 	var o adminOpts
 	c := &cobra.Command{
-		Use:     "shares TENANT",
-		Short:   "Show how a tenant's budget is split across regions now",
+		Use:   "shares TENANT",
+		Short: "Show how a tenant's budget is split across regions now",
+		Long: `Show how a tenant's budget is split across regions now, as the leader of the
+tenant's coordinator shard has it. A coordinator of another shard names that
+shard's leader, and the command asks it instead.`,
 		Example: "  allot shares t42\n  allot shares t42 -o json",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -43,8 +51,25 @@ func newSharesCmd(s *streams) *cobra.Command {
 			if err := cl.getJSON(cmd.Context(), tenantPath("/v1/shares/", args[0]), &v); err != nil {
 				return err
 			}
+			if v.Source == "other_shard" {
+				// Ask the leader of the tenant's shard.
+				if v.Leader == nil || v.Leader.HTTP == "" {
+					return fmt.Errorf("tenant %s belongs to coordinator shard %d, which has no leader now (or it advertises no HTTP address); try again, or ask one of its coordinators with --coordinator", args[0], v.Shard)
+				}
+				other, err := cl.at(v.Leader.HTTP)
+				if err != nil {
+					return err
+				}
+				if err := other.getJSON(cmd.Context(), tenantPath("/v1/shares/", args[0]), &v); err != nil {
+					return fmt.Errorf("shard %d's leader %s: %w", v.Shard, v.Leader.HTTP, err)
+				}
+			}
 			return cl.emit(s.out, v, func() error {
-				fmt.Fprintf(s.out, "tenant %s: %.6g/s burst %d, mode %s (from %s)\n", v.Tenant, v.Rate, v.Burst, v.Mode, v.Source)
+				fmt.Fprintf(s.out, "tenant %s: %.6g/s burst %d, mode %s (from %s", v.Tenant, v.Rate, v.Burst, v.Mode, v.Source)
+				if v.Shard > 0 {
+					fmt.Fprintf(s.out, " of shard %d", v.Shard)
+				}
+				fmt.Fprintln(s.out, ")")
 				tw := tabwriter.NewWriter(s.out, 0, 4, 2, ' ', tabwriter.AlignRight)
 				fmt.Fprintln(tw, "REGION\tRATE/s\tSHARE\tBURST\tDEMAND/s\tFLOOR/s\tEPOCH\t")
 				for _, r := range v.Regions {
@@ -84,13 +109,24 @@ type statusJSON struct {
 	LastWrites      int     `json:"last_grant_writes"`
 	Tenants         int     `json:"tenants"`
 	PolicyVersion   int64   `json:"policy_version"`
+	Shard           int     `json:"shard"`
+	Shards          int     `json:"shards"`
+	ShardLeaders    []struct {
+		ID    string `json:"id"`
+		HTTP  string `json:"http"`
+		Shard int    `json:"shard"`
+	} `json:"shard_leaders"`
 }
 
 func newStatusCmd(s *streams) *cobra.Command {
 	var o adminOpts
 	c := &cobra.Command{
-		Use:     "status",
-		Short:   "Show the coordinator's leader, regions and last rebalance",
+		Use:   "status",
+		Short: "Show the coordinator's leader, regions and last rebalance",
+		Long: `Show the coordinator's leader, regions and last rebalance. With several
+coordinator shards it also lists every shard's leader; the regions and
+rebalance shown are the asked coordinator's shard's (ask another shard's
+leader with --coordinator for its own).`,
 		Example: "  allot status\n  allot status --coordinator http://coord-0:7070 -o json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -114,6 +150,17 @@ func newStatusCmd(s *streams) *cobra.Command {
 				fmt.Fprintf(s.out, "coordinator %s: %s; leader %s (%s)\n", st.ID, role, dash(st.Leader.ID), dash(st.Leader.HTTP))
 				fmt.Fprintf(s.out, "policy version %d; %d tenants; last rebalance %s (%.2f ms, %d grant changes)\n",
 					st.PolicyVersion, st.Tenants, dash(st.LastRebalance), st.LastRebalanceMS, st.LastWrites)
+				if st.Shards > 1 {
+					fmt.Fprintf(s.out, "coordinator shard %d of %d\n", st.Shard, st.Shards)
+					tw := tabwriter.NewWriter(s.out, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, "SHARD\tLEADER\tHTTP")
+					for _, l := range st.ShardLeaders {
+						fmt.Fprintf(tw, "%d\t%s\t%s\n", l.Shard, dash(l.ID), dash(l.HTTP))
+					}
+					if err := tw.Flush(); err != nil {
+						return err
+					}
+				}
 				if !st.IsLeader {
 					return nil
 				}

@@ -20,12 +20,18 @@ import (
 type Coordinator struct {
 	*coordinator.Coordinator
 	// Addr is its gRPC address (published in the election, so pods find it).
-	Addr string
-	stop func()
+	Addr  string
+	stop  func()
+	crash func()
 }
 
 // Stop stops it (leaving the election); Start's cleanup does it otherwise.
 func (c *Coordinator) Stop() { c.stop() }
+
+// Crash stops it as a crash would: its gRPC server stops and its etcd
+// client closes first, so it cannot resign: its session lives on in etcd
+// until its TTL runs out. cfg.Etcd must be this coordinator's own client.
+func (c *Coordinator) Crash() { c.crash() }
 
 // Fast is a configuration for tests: rebalances every 100 ms, a 1 s session
 // and a 1.5 s lease.
@@ -71,6 +77,11 @@ func Start(tb testing.TB, cfg coordinator.Config) *Coordinator {
 		gs.Stop()
 		<-served
 	}
+	crash := func() {
+		gs.Stop()
+		_ = cfg.Etcd.Close()
+		stop()
+	}
 	tb.Cleanup(stop)
-	return &Coordinator{Coordinator: c, Addr: cfg.GRPCAddr, stop: stop}
+	return &Coordinator{Coordinator: c, Addr: cfg.GRPCAddr, stop: stop, crash: crash}
 }

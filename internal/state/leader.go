@@ -14,10 +14,12 @@ type Leader struct {
 	ID   string `json:"id"`
 	GRPC string `json:"grpc,omitempty"`
 	HTTP string `json:"http,omitempty"`
+	// Shard is the coordinator shard it leads (see Store.Shard).
+	Shard int `json:"shard,omitempty"`
 }
 
 // ElectionPrefix is the prefix the coordinators campaign under.
-func (s *Store) ElectionPrefix() string { return s.prefix + "election" }
+func (s *Store) ElectionPrefix() string { return s.shardPrefix + "election" }
 
 // Leader returns the current coordinator leader (the candidate with the
 // oldest key in the election), or ErrNotFound while there is none.
@@ -38,7 +40,7 @@ func (s *Store) Leader(ctx context.Context) (Leader, error) {
 
 // TermKey holds the protocol term of the latest leader (one write per
 // election).
-func (s *Store) TermKey() string { return s.prefix + "term" }
+func (s *Store) TermKey() string { return s.shardPrefix + "term" }
 
 // ClaimTerm records term as the latest leader's, guarded by fence (the
 // election key of the writer), and reports whether no leader ever recorded

@@ -30,6 +30,12 @@ var (
 type Store struct {
 	c      *clientv3.Client
 	prefix string
+	// shardPrefix is where this Store's coordinator shard keeps its
+	// election, term and roster: prefix itself for shard 0 (so that a
+	// one-shard cluster keeps the keys it always had), prefix +
+	// "shards/I/" for shard I > 0.
+	shardPrefix string
+	shard       int
 }
 
 // New returns a Store over c under prefix ("" means DefaultPrefix).
@@ -40,8 +46,24 @@ func New(c *clientv3.Client, prefix string) *Store {
 	if !strings.HasSuffix(prefix, "/") {
 		prefix += "/"
 	}
-	return &Store{c: c, prefix: prefix}
+	return &Store{c: c, prefix: prefix, shardPrefix: prefix}
 }
+
+// Shard returns a Store whose election, term and roster are coordinator
+// shard i's (see ShardsKey); policy and budgets are shared by every shard.
+// Shard 0 uses the keys a one-shard cluster uses.
+func (s *Store) Shard(i int) *Store {
+	c := *s
+	c.shard = i
+	c.shardPrefix = s.prefix
+	if i > 0 {
+		c.shardPrefix = fmt.Sprintf("%sshards/%d/", s.prefix, i)
+	}
+	return &c
+}
+
+// ShardIndex returns the coordinator shard whose keys this Store uses.
+func (s *Store) ShardIndex() int { return s.shard }
 
 // Client returns the etcd client.
 func (s *Store) Client() *clientv3.Client { return s.c }

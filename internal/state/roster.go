@@ -19,7 +19,7 @@ type RosterPod struct {
 // before it first leases it and drops it once no lease of it can be valid;
 // a new leader reads it to end its learning early (docs/protocol.md, rule
 // 4).
-func (s *Store) RosterPrefix() string { return s.prefix + "roster/" }
+func (s *Store) RosterPrefix() string { return s.shardPrefix + "roster/" }
 
 func (s *Store) rosterKey(p RosterPod) string {
 	return s.RosterPrefix() + url.PathEscape(p.Region) + "/" + url.PathEscape(p.Pod)

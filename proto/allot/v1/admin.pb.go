@@ -520,12 +520,17 @@ func (x *RegionShare) GetFloorRate() float64 {
 }
 
 type Shares struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	Rate          float64                `protobuf:"fixed64,2,opt,name=rate,proto3" json:"rate,omitempty"`
-	Burst         int64                  `protobuf:"varint,3,opt,name=burst,proto3" json:"burst,omitempty"`
-	Mode          string                 `protobuf:"bytes,4,opt,name=mode,proto3" json:"mode,omitempty"`
-	Regions       []*RegionShare         `protobuf:"bytes,5,rep,name=regions,proto3" json:"regions,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Tenant  string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Rate    float64                `protobuf:"fixed64,2,opt,name=rate,proto3" json:"rate,omitempty"`
+	Burst   int64                  `protobuf:"varint,3,opt,name=burst,proto3" json:"burst,omitempty"`
+	Mode    string                 `protobuf:"bytes,4,opt,name=mode,proto3" json:"mode,omitempty"`
+	Regions []*RegionShare         `protobuf:"bytes,5,rep,name=regions,proto3" json:"regions,omitempty"`
+	// "leader", "follower", or "other_shard": the tenant belongs to another
+	// coordinator shard, whose leader shard_leader names (ask it instead).
+	Source        string       `protobuf:"bytes,6,opt,name=source,proto3" json:"source,omitempty"`
+	Shard         int32        `protobuf:"varint,7,opt,name=shard,proto3" json:"shard,omitempty"`
+	ShardLeader   *ShardLeader `protobuf:"bytes,8,opt,name=shard_leader,json=shardLeader,proto3" json:"shard_leader,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -595,6 +600,97 @@ func (x *Shares) GetRegions() []*RegionShare {
 	return nil
 }
 
+func (x *Shares) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *Shares) GetShard() int32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *Shares) GetShardLeader() *ShardLeader {
+	if x != nil {
+		return x.ShardLeader
+	}
+	return nil
+}
+
+// ShardLeader is the leader of one coordinator shard, as etcd has it (empty
+// fields: none elected).
+type ShardLeader struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Shard         int32                  `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Grpc          string                 `protobuf:"bytes,3,opt,name=grpc,proto3" json:"grpc,omitempty"`
+	Http          string                 `protobuf:"bytes,4,opt,name=http,proto3" json:"http,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardLeader) Reset() {
+	*x = ShardLeader{}
+	mi := &file_allot_v1_admin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardLeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardLeader) ProtoMessage() {}
+
+func (x *ShardLeader) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_v1_admin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardLeader.ProtoReflect.Descriptor instead.
+func (*ShardLeader) Descriptor() ([]byte, []int) {
+	return file_allot_v1_admin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ShardLeader) GetShard() int32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *ShardLeader) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ShardLeader) GetGrpc() string {
+	if x != nil {
+		return x.Grpc
+	}
+	return ""
+}
+
+func (x *ShardLeader) GetHttp() string {
+	if x != nil {
+		return x.Http
+	}
+	return ""
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -603,7 +699,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_allot_v1_admin_proto_msgTypes[10]
+	mi := &file_allot_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -615,7 +711,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_v1_admin_proto_msgTypes[10]
+	mi := &file_allot_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -628,7 +724,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_allot_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_allot_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 type RegionStatus struct {
@@ -644,7 +740,7 @@ type RegionStatus struct {
 
 func (x *RegionStatus) Reset() {
 	*x = RegionStatus{}
-	mi := &file_allot_v1_admin_proto_msgTypes[11]
+	mi := &file_allot_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -656,7 +752,7 @@ func (x *RegionStatus) String() string {
 func (*RegionStatus) ProtoMessage() {}
 
 func (x *RegionStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_v1_admin_proto_msgTypes[11]
+	mi := &file_allot_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -669,7 +765,7 @@ func (x *RegionStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegionStatus.ProtoReflect.Descriptor instead.
 func (*RegionStatus) Descriptor() ([]byte, []int) {
-	return file_allot_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_allot_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RegionStatus) GetRegion() string {
@@ -717,13 +813,18 @@ type StatusResponse struct {
 	LastRebalanceMs float64                `protobuf:"fixed64,6,opt,name=last_rebalance_ms,json=lastRebalanceMs,proto3" json:"last_rebalance_ms,omitempty"`
 	Tenants         int64                  `protobuf:"varint,7,opt,name=tenants,proto3" json:"tenants,omitempty"`
 	PolicyVersion   int64                  `protobuf:"varint,8,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The coordinator shard this instance runs, of shards; with more than one
+	// shard, every shard's leader.
+	Shard         int32          `protobuf:"varint,9,opt,name=shard,proto3" json:"shard,omitempty"`
+	Shards        int32          `protobuf:"varint,10,opt,name=shards,proto3" json:"shards,omitempty"`
+	ShardLeaders  []*ShardLeader `protobuf:"bytes,11,rep,name=shard_leaders,json=shardLeaders,proto3" json:"shard_leaders,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_allot_v1_admin_proto_msgTypes[12]
+	mi := &file_allot_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -735,7 +836,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_v1_admin_proto_msgTypes[12]
+	mi := &file_allot_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -748,7 +849,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_allot_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_allot_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StatusResponse) GetIsLeader() bool {
@@ -807,6 +908,27 @@ func (x *StatusResponse) GetPolicyVersion() int64 {
 	return 0
 }
 
+func (x *StatusResponse) GetShard() int32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetShards() int32 {
+	if x != nil {
+		return x.Shards
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetShardLeaders() []*ShardLeader {
+	if x != nil {
+		return x.ShardLeaders
+	}
+	return nil
+}
+
 type PolicyVersion struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Version       int64                  `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
@@ -820,7 +942,7 @@ type PolicyVersion struct {
 
 func (x *PolicyVersion) Reset() {
 	*x = PolicyVersion{}
-	mi := &file_allot_v1_admin_proto_msgTypes[13]
+	mi := &file_allot_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -832,7 +954,7 @@ func (x *PolicyVersion) String() string {
 func (*PolicyVersion) ProtoMessage() {}
 
 func (x *PolicyVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_v1_admin_proto_msgTypes[13]
+	mi := &file_allot_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -845,7 +967,7 @@ func (x *PolicyVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyVersion.ProtoReflect.Descriptor instead.
 func (*PolicyVersion) Descriptor() ([]byte, []int) {
-	return file_allot_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_allot_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PolicyVersion) GetVersion() int64 {
@@ -894,7 +1016,7 @@ type ApplyPolicyRequest struct {
 
 func (x *ApplyPolicyRequest) Reset() {
 	*x = ApplyPolicyRequest{}
-	mi := &file_allot_v1_admin_proto_msgTypes[14]
+	mi := &file_allot_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -906,7 +1028,7 @@ func (x *ApplyPolicyRequest) String() string {
 func (*ApplyPolicyRequest) ProtoMessage() {}
 
 func (x *ApplyPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_v1_admin_proto_msgTypes[14]
+	mi := &file_allot_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -919,7 +1041,7 @@ func (x *ApplyPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPolicyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_allot_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_allot_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ApplyPolicyRequest) GetDocument() string {
@@ -951,7 +1073,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_allot_v1_admin_proto_msgTypes[15]
+	mi := &file_allot_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -963,7 +1085,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_v1_admin_proto_msgTypes[15]
+	mi := &file_allot_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -976,7 +1098,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_allot_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_allot_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 type PolicyHistoryRequest struct {
@@ -988,7 +1110,7 @@ type PolicyHistoryRequest struct {
 
 func (x *PolicyHistoryRequest) Reset() {
 	*x = PolicyHistoryRequest{}
-	mi := &file_allot_v1_admin_proto_msgTypes[16]
+	mi := &file_allot_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1122,7 @@ func (x *PolicyHistoryRequest) String() string {
 func (*PolicyHistoryRequest) ProtoMessage() {}
 
 func (x *PolicyHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_v1_admin_proto_msgTypes[16]
+	mi := &file_allot_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1135,7 @@ func (x *PolicyHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyHistoryRequest.ProtoReflect.Descriptor instead.
 func (*PolicyHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_allot_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_allot_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PolicyHistoryRequest) GetLimit() int32 {
@@ -1032,7 +1154,7 @@ type PolicyHistoryResponse struct {
 
 func (x *PolicyHistoryResponse) Reset() {
 	*x = PolicyHistoryResponse{}
-	mi := &file_allot_v1_admin_proto_msgTypes[17]
+	mi := &file_allot_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1044,7 +1166,7 @@ func (x *PolicyHistoryResponse) String() string {
 func (*PolicyHistoryResponse) ProtoMessage() {}
 
 func (x *PolicyHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_v1_admin_proto_msgTypes[17]
+	mi := &file_allot_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1057,7 +1179,7 @@ func (x *PolicyHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyHistoryResponse.ProtoReflect.Descriptor instead.
 func (*PolicyHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_allot_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_allot_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PolicyHistoryResponse) GetVersions() []*PolicyVersion {
@@ -1078,7 +1200,7 @@ type RollbackPolicyRequest struct {
 
 func (x *RollbackPolicyRequest) Reset() {
 	*x = RollbackPolicyRequest{}
-	mi := &file_allot_v1_admin_proto_msgTypes[18]
+	mi := &file_allot_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1090,7 +1212,7 @@ func (x *RollbackPolicyRequest) String() string {
 func (*RollbackPolicyRequest) ProtoMessage() {}
 
 func (x *RollbackPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_v1_admin_proto_msgTypes[18]
+	mi := &file_allot_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1103,7 +1225,7 @@ func (x *RollbackPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackPolicyRequest.ProtoReflect.Descriptor instead.
 func (*RollbackPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_allot_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_allot_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RollbackPolicyRequest) GetTo() int64 {
@@ -1160,13 +1282,21 @@ const file_allot_v1_admin_proto_rawDesc = "" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x16\n" +
 	"\x06demand\x18\x05 \x01(\x01R\x06demand\x12\x1d\n" +
 	"\n" +
-	"floor_rate\x18\x06 \x01(\x01R\tfloorRate\"\x8f\x01\n" +
+	"floor_rate\x18\x06 \x01(\x01R\tfloorRate\"\xf7\x01\n" +
 	"\x06Shares\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04rate\x18\x02 \x01(\x01R\x04rate\x12\x14\n" +
 	"\x05burst\x18\x03 \x01(\x03R\x05burst\x12\x12\n" +
 	"\x04mode\x18\x04 \x01(\tR\x04mode\x12/\n" +
-	"\aregions\x18\x05 \x03(\v2\x15.allot.v1.RegionShareR\aregions\"\x0f\n" +
+	"\aregions\x18\x05 \x03(\v2\x15.allot.v1.RegionShareR\aregions\x12\x16\n" +
+	"\x06source\x18\x06 \x01(\tR\x06source\x12\x14\n" +
+	"\x05shard\x18\a \x01(\x05R\x05shard\x128\n" +
+	"\fshard_leader\x18\b \x01(\v2\x15.allot.v1.ShardLeaderR\vshardLeader\"[\n" +
+	"\vShardLeader\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\x05R\x05shard\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
+	"\x04grpc\x18\x03 \x01(\tR\x04grpc\x12\x12\n" +
+	"\x04http\x18\x04 \x01(\tR\x04http\"\x0f\n" +
 	"\rStatusRequest\"\xa1\x01\n" +
 	"\fRegionStatus\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x12\n" +
@@ -1175,7 +1305,7 @@ const file_allot_v1_admin_proto_rawDesc = "" +
 	"lastReport\x12#\n" +
 	"\rapplied_epoch\x18\x04 \x01(\x04R\fappliedEpoch\x12\x1f\n" +
 	"\vlease_valid\x18\x05 \x01(\bR\n" +
-	"leaseValid\"\x9b\x02\n" +
+	"leaseValid\"\x85\x03\n" +
 	"\x0eStatusResponse\x12\x1b\n" +
 	"\tis_leader\x18\x01 \x01(\bR\bisLeader\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x0e\n" +
@@ -1184,7 +1314,11 @@ const file_allot_v1_admin_proto_rawDesc = "" +
 	"\x0elast_rebalance\x18\x05 \x01(\tR\rlastRebalance\x12*\n" +
 	"\x11last_rebalance_ms\x18\x06 \x01(\x01R\x0flastRebalanceMs\x12\x18\n" +
 	"\atenants\x18\a \x01(\x03R\atenants\x12%\n" +
-	"\x0epolicy_version\x18\b \x01(\x03R\rpolicyVersion\"\x9d\x01\n" +
+	"\x0epolicy_version\x18\b \x01(\x03R\rpolicyVersion\x12\x14\n" +
+	"\x05shard\x18\t \x01(\x05R\x05shard\x12\x16\n" +
+	"\x06shards\x18\n" +
+	" \x01(\x05R\x06shards\x12:\n" +
+	"\rshard_leaders\x18\v \x03(\v2\x15.allot.v1.ShardLeaderR\fshardLeaders\"\x9d\x01\n" +
 	"\rPolicyVersion\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12\x1a\n" +
 	"\bdocument\x18\x02 \x01(\tR\bdocument\x12\x1d\n" +
@@ -1230,7 +1364,7 @@ func file_allot_v1_admin_proto_rawDescGZIP() []byte {
 	return file_allot_v1_admin_proto_rawDescData
 }
 
-var file_allot_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_allot_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_allot_v1_admin_proto_goTypes = []any{
 	(*Budget)(nil),                // 0: allot.v1.Budget
 	(*PutBudgetRequest)(nil),      // 1: allot.v1.PutBudgetRequest
@@ -1242,49 +1376,52 @@ var file_allot_v1_admin_proto_goTypes = []any{
 	(*GetSharesRequest)(nil),      // 7: allot.v1.GetSharesRequest
 	(*RegionShare)(nil),           // 8: allot.v1.RegionShare
 	(*Shares)(nil),                // 9: allot.v1.Shares
-	(*StatusRequest)(nil),         // 10: allot.v1.StatusRequest
-	(*RegionStatus)(nil),          // 11: allot.v1.RegionStatus
-	(*StatusResponse)(nil),        // 12: allot.v1.StatusResponse
-	(*PolicyVersion)(nil),         // 13: allot.v1.PolicyVersion
-	(*ApplyPolicyRequest)(nil),    // 14: allot.v1.ApplyPolicyRequest
-	(*GetPolicyRequest)(nil),      // 15: allot.v1.GetPolicyRequest
-	(*PolicyHistoryRequest)(nil),  // 16: allot.v1.PolicyHistoryRequest
-	(*PolicyHistoryResponse)(nil), // 17: allot.v1.PolicyHistoryResponse
-	(*RollbackPolicyRequest)(nil), // 18: allot.v1.RollbackPolicyRequest
-	nil,                           // 19: allot.v1.Budget.WeightsEntry
+	(*ShardLeader)(nil),           // 10: allot.v1.ShardLeader
+	(*StatusRequest)(nil),         // 11: allot.v1.StatusRequest
+	(*RegionStatus)(nil),          // 12: allot.v1.RegionStatus
+	(*StatusResponse)(nil),        // 13: allot.v1.StatusResponse
+	(*PolicyVersion)(nil),         // 14: allot.v1.PolicyVersion
+	(*ApplyPolicyRequest)(nil),    // 15: allot.v1.ApplyPolicyRequest
+	(*GetPolicyRequest)(nil),      // 16: allot.v1.GetPolicyRequest
+	(*PolicyHistoryRequest)(nil),  // 17: allot.v1.PolicyHistoryRequest
+	(*PolicyHistoryResponse)(nil), // 18: allot.v1.PolicyHistoryResponse
+	(*RollbackPolicyRequest)(nil), // 19: allot.v1.RollbackPolicyRequest
+	nil,                           // 20: allot.v1.Budget.WeightsEntry
 }
 var file_allot_v1_admin_proto_depIdxs = []int32{
-	19, // 0: allot.v1.Budget.weights:type_name -> allot.v1.Budget.WeightsEntry
+	20, // 0: allot.v1.Budget.weights:type_name -> allot.v1.Budget.WeightsEntry
 	0,  // 1: allot.v1.PutBudgetRequest.budget:type_name -> allot.v1.Budget
 	0,  // 2: allot.v1.ListBudgetsResponse.budgets:type_name -> allot.v1.Budget
 	8,  // 3: allot.v1.Shares.regions:type_name -> allot.v1.RegionShare
-	11, // 4: allot.v1.StatusResponse.regions:type_name -> allot.v1.RegionStatus
-	13, // 5: allot.v1.PolicyHistoryResponse.versions:type_name -> allot.v1.PolicyVersion
-	1,  // 6: allot.v1.Admin.PutBudget:input_type -> allot.v1.PutBudgetRequest
-	2,  // 7: allot.v1.Admin.GetBudget:input_type -> allot.v1.GetBudgetRequest
-	3,  // 8: allot.v1.Admin.ListBudgets:input_type -> allot.v1.ListBudgetsRequest
-	5,  // 9: allot.v1.Admin.DeleteBudget:input_type -> allot.v1.DeleteBudgetRequest
-	7,  // 10: allot.v1.Admin.GetShares:input_type -> allot.v1.GetSharesRequest
-	10, // 11: allot.v1.Admin.Status:input_type -> allot.v1.StatusRequest
-	14, // 12: allot.v1.Admin.ApplyPolicy:input_type -> allot.v1.ApplyPolicyRequest
-	15, // 13: allot.v1.Admin.GetPolicy:input_type -> allot.v1.GetPolicyRequest
-	16, // 14: allot.v1.Admin.PolicyHistory:input_type -> allot.v1.PolicyHistoryRequest
-	18, // 15: allot.v1.Admin.RollbackPolicy:input_type -> allot.v1.RollbackPolicyRequest
-	0,  // 16: allot.v1.Admin.PutBudget:output_type -> allot.v1.Budget
-	0,  // 17: allot.v1.Admin.GetBudget:output_type -> allot.v1.Budget
-	4,  // 18: allot.v1.Admin.ListBudgets:output_type -> allot.v1.ListBudgetsResponse
-	6,  // 19: allot.v1.Admin.DeleteBudget:output_type -> allot.v1.DeleteBudgetResponse
-	9,  // 20: allot.v1.Admin.GetShares:output_type -> allot.v1.Shares
-	12, // 21: allot.v1.Admin.Status:output_type -> allot.v1.StatusResponse
-	13, // 22: allot.v1.Admin.ApplyPolicy:output_type -> allot.v1.PolicyVersion
-	13, // 23: allot.v1.Admin.GetPolicy:output_type -> allot.v1.PolicyVersion
-	17, // 24: allot.v1.Admin.PolicyHistory:output_type -> allot.v1.PolicyHistoryResponse
-	13, // 25: allot.v1.Admin.RollbackPolicy:output_type -> allot.v1.PolicyVersion
-	16, // [16:26] is the sub-list for method output_type
-	6,  // [6:16] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	10, // 4: allot.v1.Shares.shard_leader:type_name -> allot.v1.ShardLeader
+	12, // 5: allot.v1.StatusResponse.regions:type_name -> allot.v1.RegionStatus
+	10, // 6: allot.v1.StatusResponse.shard_leaders:type_name -> allot.v1.ShardLeader
+	14, // 7: allot.v1.PolicyHistoryResponse.versions:type_name -> allot.v1.PolicyVersion
+	1,  // 8: allot.v1.Admin.PutBudget:input_type -> allot.v1.PutBudgetRequest
+	2,  // 9: allot.v1.Admin.GetBudget:input_type -> allot.v1.GetBudgetRequest
+	3,  // 10: allot.v1.Admin.ListBudgets:input_type -> allot.v1.ListBudgetsRequest
+	5,  // 11: allot.v1.Admin.DeleteBudget:input_type -> allot.v1.DeleteBudgetRequest
+	7,  // 12: allot.v1.Admin.GetShares:input_type -> allot.v1.GetSharesRequest
+	11, // 13: allot.v1.Admin.Status:input_type -> allot.v1.StatusRequest
+	15, // 14: allot.v1.Admin.ApplyPolicy:input_type -> allot.v1.ApplyPolicyRequest
+	16, // 15: allot.v1.Admin.GetPolicy:input_type -> allot.v1.GetPolicyRequest
+	17, // 16: allot.v1.Admin.PolicyHistory:input_type -> allot.v1.PolicyHistoryRequest
+	19, // 17: allot.v1.Admin.RollbackPolicy:input_type -> allot.v1.RollbackPolicyRequest
+	0,  // 18: allot.v1.Admin.PutBudget:output_type -> allot.v1.Budget
+	0,  // 19: allot.v1.Admin.GetBudget:output_type -> allot.v1.Budget
+	4,  // 20: allot.v1.Admin.ListBudgets:output_type -> allot.v1.ListBudgetsResponse
+	6,  // 21: allot.v1.Admin.DeleteBudget:output_type -> allot.v1.DeleteBudgetResponse
+	9,  // 22: allot.v1.Admin.GetShares:output_type -> allot.v1.Shares
+	13, // 23: allot.v1.Admin.Status:output_type -> allot.v1.StatusResponse
+	14, // 24: allot.v1.Admin.ApplyPolicy:output_type -> allot.v1.PolicyVersion
+	14, // 25: allot.v1.Admin.GetPolicy:output_type -> allot.v1.PolicyVersion
+	18, // 26: allot.v1.Admin.PolicyHistory:output_type -> allot.v1.PolicyHistoryResponse
+	14, // 27: allot.v1.Admin.RollbackPolicy:output_type -> allot.v1.PolicyVersion
+	18, // [18:28] is the sub-list for method output_type
+	8,  // [8:18] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_allot_v1_admin_proto_init() }
@@ -1298,7 +1435,7 @@ func file_allot_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_allot_v1_admin_proto_rawDesc), len(file_allot_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
