@@ -6,6 +6,32 @@ import (
 	"time"
 )
 
+// step is one decision of a step table: at µs after a base instant, cost 1.
+type step struct {
+	at        int64
+	allowed   bool
+	remaining int64
+	retry     time.Duration
+}
+
+// runSteps decides each step in turn on one key and checks its result.
+func runSteps(t *testing.T, l Limit, base int64, steps []step) {
+	t.Helper()
+	var s State
+	for i, st := range steps {
+		var r Result
+		var err error
+		s, r, err = Decide(s, time.UnixMicro(base+st.at), l, 1)
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if r.Allowed != st.allowed || r.Remaining != st.remaining || r.RetryAfter != st.retry {
+			t.Errorf("step %d at %dµs: Decide = {allowed %v, remaining %d, retry %v}, want {%v, %d, %v}",
+				i, st.at, r.Allowed, r.Remaining, r.RetryAfter, st.allowed, st.remaining, st.retry)
+		}
+	}
+}
+
 // The seed's traced sequence, verbatim: 5/s, burst 3, so T = 200,000 µs.
 func TestSeedTrace(t *testing.T) {
 	l, err := NewLimit(PerSecond(5), 3)
@@ -16,12 +42,7 @@ func TestSeedTrace(t *testing.T) {
 		t.Fatalf("T = %d, want 200000", l.T)
 	}
 	const base = int64(1_700_000_000_000_000) // any epoch; the trace is relative
-	steps := []struct {
-		at        int64 // µs after base
-		allowed   bool
-		remaining int64
-		retry     time.Duration
-	}{
+	steps := []step{
 		{0, true, 2, 0},
 		{0, true, 1, 0},
 		{0, true, 0, 0},
@@ -30,18 +51,7 @@ func TestSeedTrace(t *testing.T) {
 		{250_000, true, 0, 0},
 		{250_000, false, 0, 150 * time.Millisecond},
 	}
-	var s State
-	for i, st := range steps {
-		var r Result
-		s, r, err = Decide(s, time.UnixMicro(base+st.at), l, 1)
-		if err != nil {
-			t.Fatalf("step %d: %v", i, err)
-		}
-		if r.Allowed != st.allowed || r.Remaining != st.remaining || r.RetryAfter != st.retry {
-			t.Errorf("step %d at %dµs: Decide = {allowed %v, remaining %d, retry %v}, want {%v, %d, %v}",
-				i, st.at, r.Allowed, r.Remaining, r.RetryAfter, st.allowed, st.remaining, st.retry)
-		}
-	}
+	runSteps(t, l, base, steps)
 }
 
 func TestValidation(t *testing.T) {
@@ -84,12 +94,7 @@ func TestClockGoesBackwards(t *testing.T) {
 		t.Fatal(err)
 	}
 	const base = int64(1_700_000_000_000_000)
-	steps := []struct {
-		at        int64 // µs after base
-		allowed   bool
-		remaining int64
-		retry     time.Duration
-	}{
+	steps := []step{
 		{1_000_000, true, 2, 0},
 		{1_000_000, true, 1, 0},
 		{1_000_000, true, 0, 0},
@@ -103,18 +108,7 @@ func TestClockGoesBackwards(t *testing.T) {
 		// Back by a second: denied, waiting longer.
 		{200_000, false, 0, 1200 * time.Millisecond},
 	}
-	var s State
-	for i, st := range steps {
-		var r Result
-		s, r, err = Decide(s, time.UnixMicro(base+st.at), l, 1)
-		if err != nil {
-			t.Fatalf("step %d: %v", i, err)
-		}
-		if r.Allowed != st.allowed || r.Remaining != st.remaining || r.RetryAfter != st.retry {
-			t.Errorf("step %d at %dµs: Decide = {allowed %v, remaining %d, retry %v}, want {%v, %d, %v}",
-				i, st.at, r.Allowed, r.Remaining, r.RetryAfter, st.allowed, st.remaining, st.retry)
-		}
-	}
+	runSteps(t, l, base, steps)
 }
 
 // Whatever the clock does, what the twin admits never exceeds B plus R

@@ -322,15 +322,12 @@ func (r *reporter) redirect(addr string) {
 // report sends one report (following one redirect), applies the answer,
 // and reports whether a leader answered.
 func (r *reporter) report(ctx context.Context, out outgoing) bool {
-	term, applied, held, st := r.s.view.reportState(r.shard, r.s.cfg.Now())
 	r.seq++
 	req := &allotv1.ReportRequest{
 		Region: r.s.cfg.Region, Pod: r.s.cfg.Pod, IntervalMs: max(1, out.interval.Milliseconds()),
-		Term: term, AppliedEpoch: applied, LivePods: int32(r.s.livePods()),
-		Seq: r.seq, Partial: out.partial,
+		LivePods: int32(r.s.livePods()), Seq: r.seq, Partial: out.partial,
 	}
-	req.Held, req.HeldSent = heldPB(held), held != nil
-	req.HeardTerm, req.RenewedBy, req.Leased = st.heard, st.renewedBy, st.leased
+	r.setState(req)
 	for t, u := range out.usage {
 		req.Usage = append(req.Usage, &allotv1.TenantUsage{Tenant: t, Offered: u.Offered, Admitted: u.Admitted, Step: u.Step})
 	}
@@ -379,9 +376,7 @@ func (r *reporter) report(ctx context.Context, out outgoing) bool {
 			r.s.view.unanswered(r.shard)
 			// Carry what the pod holds to the leader named (a new one may
 			// renew it).
-			term, applied, held, st = r.s.view.reportState(r.shard, r.s.cfg.Now())
-			req.Term, req.AppliedEpoch, req.Held, req.HeardTerm, req.RenewedBy, req.Leased = term, applied, heldPB(held), st.heard, st.renewedBy, st.leased
-			req.HeldSent = held != nil
+			r.setState(req)
 			continue
 		}
 		if p := resp.GetCoordinators(); len(p) > 0 {
@@ -398,6 +393,15 @@ func (r *reporter) report(ctx context.Context, out outgoing) bool {
 		return true
 	}
 	return false
+}
+
+// setState sets what req says of the grants the pod holds and of its
+// standing, read at once.
+func (r *reporter) setState(req *allotv1.ReportRequest) {
+	term, applied, held, st := r.s.view.reportState(r.shard, r.s.cfg.Now())
+	req.Term, req.AppliedEpoch = term, applied
+	req.Held, req.HeldSent = heldPB(held), held != nil
+	req.HeardTerm, req.RenewedBy, req.Leased = st.heard, st.renewedBy, st.leased
 }
 
 // regionNotInPolicy reports whether a report was refused because the pod's

@@ -53,39 +53,38 @@ const rosterOps = 100
 // election key): ErrFenced, and nothing written, once the writer no longer
 // leads.
 func (s *Store) AddToRoster(ctx context.Context, fence clientv3.Cmp, pods ...RosterPod) error {
-	for len(pods) > 0 {
-		n := min(len(pods), rosterOps)
-		ops := make([]clientv3.Op, 0, n)
-		for _, p := range pods[:n] {
-			v, err := json.Marshal(p)
-			if err != nil {
-				return err
-			}
-			ops = append(ops, clientv3.OpPut(s.rosterKey(p), string(v)))
-		}
-		r, err := s.c.Txn(ctx).If(fence).Then(ops...).Commit()
+	return s.rosterTxns(ctx, fence, "add to roster", pods, func(p RosterPod) (clientv3.Op, error) {
+		v, err := json.Marshal(p)
 		if err != nil {
-			return fmt.Errorf("add to roster: %w", err)
+			return clientv3.Op{}, err
 		}
-		if !r.Succeeded {
-			return ErrFenced
-		}
-		pods = pods[n:]
-	}
-	return nil
+		return clientv3.OpPut(s.rosterKey(p), string(v)), nil
+	})
 }
 
 // DropFromRoster deletes pods from the roster, guarded by fence.
 func (s *Store) DropFromRoster(ctx context.Context, fence clientv3.Cmp, pods ...RosterPod) error {
+	return s.rosterTxns(ctx, fence, "drop from roster", pods, func(p RosterPod) (clientv3.Op, error) {
+		return clientv3.OpDelete(s.rosterKey(p)), nil
+	})
+}
+
+// rosterTxns applies op to every pod, in fenced transactions of at most
+// rosterOps operations. An error may leave the earlier transactions applied.
+func (s *Store) rosterTxns(ctx context.Context, fence clientv3.Cmp, what string, pods []RosterPod, op func(RosterPod) (clientv3.Op, error)) error {
 	for len(pods) > 0 {
 		n := min(len(pods), rosterOps)
 		ops := make([]clientv3.Op, 0, n)
 		for _, p := range pods[:n] {
-			ops = append(ops, clientv3.OpDelete(s.rosterKey(p)))
+			o, err := op(p)
+			if err != nil {
+				return err
+			}
+			ops = append(ops, o)
 		}
 		r, err := s.c.Txn(ctx).If(fence).Then(ops...).Commit()
 		if err != nil {
-			return fmt.Errorf("drop from roster: %w", err)
+			return fmt.Errorf("%s: %w", what, err)
 		}
 		if !r.Succeeded {
 			return ErrFenced
