@@ -3,6 +3,7 @@ package gcra
 import (
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -18,6 +19,9 @@ func TestMaxBurst(t *testing.T) {
 		{PerSecond(1_000_000), maxWindowMicros, nil},
 		{PerSecond(1000), maxWindowMicros / 1000, nil},
 		{PerHour(1), maxWindowMicros / 3_600_000_000, nil}, // 625,499
+		{PerDay(1), 26_062, nil},
+		{PerWeek(1), 3_723, nil},
+		{PerDay(5_000_000), maxWindowMicros / 17_280, nil},
 		{Rate{Count: 1, Period: 70 * 8766 * time.Hour}, 1, nil},
 		{Rate{Count: 1, Period: 72 * 8766 * time.Hour}, 0, ErrRateTooLow},
 		{Rate{Count: 0, Period: time.Second}, 0, ErrRate},
@@ -123,6 +127,7 @@ func TestRateString(t *testing.T) {
 		want string
 	}{
 		{PerSecond(5), "5/s"}, {PerMinute(5), "5/m"}, {PerHour(5), "5/h"},
+		{PerDay(5_000_000), "5000000/d"}, {PerWeek(3), "3/w"}, {Rate{1, 48 * time.Hour}, "1/48h"},
 		{Rate{1, 1000 * time.Hour}, "1/1000h"}, {Rate{1, 90 * time.Minute}, "1/1h30m"},
 		{Rate{1, 10 * time.Minute}, "1/10m"}, {Rate{100, 10 * time.Second}, "100/10s"},
 		{Rate{1, 2*time.Hour + 30*time.Second}, "1/2h0m30s"}, {Rate{1, 3 * time.Millisecond}, "1/3ms"},
@@ -134,5 +139,21 @@ func TestRateString(t *testing.T) {
 		if back, err := ParseRate(got); err != nil || back != c.r {
 			t.Errorf("ParseRate(%q) = %v, %v; want %#v", got, back, err, c.r)
 		}
+	}
+}
+
+// Every spelling of a day and a week reads as 24 and 168 hours.
+func TestParseRateDaysWeeks(t *testing.T) {
+	for in, want := range map[string]Rate{
+		"100/d": PerDay(100), "100/day": PerDay(100), "100/24h": PerDay(100),
+		"9/w": PerWeek(9), "9/week": PerWeek(9), "9/168h": PerWeek(9),
+	} {
+		got, err := ParseRate(in)
+		if err != nil || got != want {
+			t.Errorf("ParseRate(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	if _, err := ParseRate("1/fortnight"); err == nil || !strings.Contains(err.Error(), "d, w") {
+		t.Errorf("ParseRate(1/fortnight) = %v, want an error listing d and w", err)
 	}
 }

@@ -43,12 +43,25 @@ func PerMinute(n int64) Rate { return Rate{Count: n, Period: time.Minute} }
 // PerHour returns n units per hour.
 func PerHour(n int64) Rate { return Rate{Count: n, Period: time.Hour} }
 
-// ParseRate parses "N/s", "N/m" or "N/h" (also "N/<duration>", e.g.
-// "100/10s").
+// Day and Week are the periods of N/d and N/w: 24 and 168 hours (of
+// elapsed time: no calendar, no daylight saving).
+const (
+	Day  = 24 * time.Hour
+	Week = 7 * Day
+)
+
+// PerDay returns n units per day (24 h).
+func PerDay(n int64) Rate { return Rate{Count: n, Period: Day} }
+
+// PerWeek returns n units per week (168 h).
+func PerWeek(n int64) Rate { return Rate{Count: n, Period: Week} }
+
+// ParseRate parses "N/s", "N/m", "N/h", "N/d" (24 h) or "N/w" (168 h),
+// also "N/<duration>", e.g. "100/10s".
 func ParseRate(s string) (Rate, error) {
 	num, unit, ok := strings.Cut(strings.TrimSpace(s), "/")
 	if !ok {
-		return Rate{}, fmt.Errorf("rate %q: want N/s, N/m or N/h, e.g. 1000/s", s)
+		return Rate{}, fmt.Errorf("rate %q: want N/s, N/m, N/h, N/d or N/w, e.g. 1000/s", s)
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
 	if err != nil {
@@ -62,10 +75,14 @@ func ParseRate(s string) (Rate, error) {
 		per = time.Minute
 	case "h", "hour":
 		per = time.Hour
+	case "d", "day":
+		per = Day
+	case "w", "week":
+		per = Week
 	default:
 		d, derr := time.ParseDuration(u)
 		if derr != nil {
-			return Rate{}, fmt.Errorf("rate %q: unit %q: want s, m, h or a duration such as 10s", s, u)
+			return Rate{}, fmt.Errorf("rate %q: unit %q: want s, m, h, d, w or a duration such as 10s", s, u)
 		}
 		per = d
 	}
@@ -120,6 +137,10 @@ func (r Rate) String() string {
 		return fmt.Sprintf("%d/m", r.Count)
 	case time.Hour:
 		return fmt.Sprintf("%d/h", r.Count)
+	case Day:
+		return fmt.Sprintf("%d/d", r.Count)
+	case Week:
+		return fmt.Sprintf("%d/w", r.Count)
 	}
 	// 1000h rather than 1000h0m0s, 10m rather than 10m0s: ParseRate reads
 	// both.

@@ -66,5 +66,5 @@ tiers:
 `))
 	fmt.Println(err)
 	// Output:
-	// line 8: limits[0].rate: rate "10 per second": want N/s, N/m or N/h, e.g. 1000/s
+	// line 8: limits[0].rate: rate "10 per second": want N/s, N/m, N/h, N/d or N/w, e.g. 1000/s
 }

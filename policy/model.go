@@ -75,7 +75,7 @@ type Limit struct {
 	// exact values (e.g. route: /login).
 	Match map[string]string `yaml:"match,omitempty" json:"match,omitempty"`
 	// Rate is "budget" (the tenant's global budget; scope global) or N/s,
-	// N/m, N/h.
+	// N/m, N/h, N/d (24 h), N/w (168 h).
 	Rate string `yaml:"rate" json:"rate"`
 	// Burst is the units admissible at once from idle; not given for
 	// rate: budget (the budget's burst applies).

@@ -227,3 +227,53 @@ func TestTenantBudgetOverride(t *testing.T) {
 		t.Errorf("override budget = %+v, want 7/s burst 4 rebalanced with the default floor", b)
 	}
 }
+
+// Daily and weekly rates: in limits and budgets, resolved to 24 and 168 h.
+func TestDailyWeeklyRates(t *testing.T) {
+	doc, err := Parse([]byte(`version: 1
+regions: [us-east, eu-west]
+default_tier: llm
+limits:
+  - name: tokens-daily
+    descriptors: [tenant]
+    rate: budget
+  - name: user-weekly
+    descriptors: [tenant, user]
+    rate: 700/w
+    burst: 100
+tiers:
+  llm:
+    budget: {rate: 5000000/d, burst: 5000000}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := doc.Resolve("t1")
+	if got := r.Budget.Rate; got != gcra.PerDay(5_000_000) {
+		t.Errorf("budget rate %v, want 5000000/d", got)
+	}
+	if sb := r.Budget.Shares(); sb.Rate < 57.87 || sb.Rate > 57.88 {
+		t.Errorf("budget shares rate %v/s, want 5,000,000 / 86,400 = 57.87/s", sb.Rate)
+	}
+	var weekly *ResolvedLimit
+	for i := range r.Limits {
+		if r.Limits[i].Name == "user-weekly" {
+			weekly = &r.Limits[i]
+		}
+	}
+	if weekly == nil || weekly.Rate != gcra.PerWeek(700) || weekly.Burst != 100 {
+		t.Fatalf("user-weekly resolved as %+v, want 700/w burst 100", weekly)
+	}
+	if _, err := Parse([]byte(strings.Replace(string(mustRead(t, "../deploy/policy.example.yaml")), "1000/s", "1000/fortnight", 1))); err == nil || !strings.Contains(err.Error(), "d, w") {
+		t.Errorf("a rate per fortnight: %v, want an error listing d and w", err)
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

@@ -105,7 +105,7 @@ func newBudgetSetCmd(s *streams) *cobra.Command {
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&b.Rate, "rate", "", "global rate: N/s, N/m or N/h")
+	f.StringVar(&b.Rate, "rate", "", "global rate: N/s, N/m, N/h, N/d (24 h) or N/w (168 h)")
 	f.Int64Var(&b.Burst, "burst", 0, "units admissible at once, across all regions")
 	f.StringVar(&b.Mode, "mode", "", "rebalanced (default), static, full or pinned")
 	f.StringVar(&b.Home, "home", "", "home region (mode pinned)")

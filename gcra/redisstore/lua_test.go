@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -448,4 +449,56 @@ func FuzzLuaTwin(f *testing.F) {
 			t.Fatalf("composite: items %+v: script %v %v, twin %v %+v", items, reply, after, want, out)
 		}
 	})
+}
+
+// Daily and weekly rates are exact against the twin on real Redis, from
+// idle through a burst, a denial and the refill.
+func TestLuaMatchesTwinDailyWeekly(t *testing.T) {
+	_, _, lb := startLab(t)
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, c := range []struct {
+		rate  gcra.Rate
+		burst int64
+	}{
+		{gcra.PerDay(3), 2},
+		{gcra.PerDay(5_000_000), 5_000_000},
+		{gcra.PerWeek(7), 7},
+		{gcra.PerWeek(1), 1},
+	} {
+		l, err := gcra.NewLimit(c.rate, c.burst)
+		if err != nil {
+			t.Fatalf("%v burst %d: %v", c.rate, c.burst, err)
+		}
+		if want := c.rate.Period.Microseconds() / c.rate.Count; l.T != want && l.T != want+1 {
+			t.Fatalf("%v: T = %d µs, want %d", c.rate, l.T, want)
+		}
+		now := int64(1_700_000_000_000_000)
+		var s gcra.State
+		denied := false
+		for step := 0; step < 60; step++ {
+			cost := randCost(r, l)
+			preset := encodeState(s, false)
+			ns, res, write := gcra.DecideMicros(s, now, l, cost)
+			reply, after, err := lb.run(t, now, []string{"k"}, []value{preset}, []any{l.T, l.Burst, cost})
+			if err != nil {
+				t.Fatalf("%v step %d: %v", c.rate, step, err)
+			}
+			if want := afterTwin(preset, ns, write, now); !slices.Equal(reply, expectReply(res)) || !sameValue(after[0], want) {
+				t.Fatalf("%v step %d: now %d cost %d:\n script %v, key %v\n twin   %v, key %v", c.rate, step, now, cost, reply, after[0], expectReply(res), want)
+			}
+			if !res.Allowed {
+				denied = true
+				// The denial says when: one emission interval per unit
+				// short, a day's share of a unit for N/d.
+				if res.RetryAfter <= 0 || res.RetryAfter > time.Duration(cost*l.T)*time.Microsecond {
+					t.Fatalf("%v step %d: denied cost %d with retry %v, want within %v", c.rate, step, cost, res.RetryAfter, time.Duration(cost*l.T)*time.Microsecond)
+				}
+			}
+			s = ns
+			now += r.Int64N(l.T) // under one unit's refill per step: the burst runs out
+		}
+		if !denied {
+			t.Errorf("%v burst %d: never denied in 60 steps under its refill", c.rate, c.burst)
+		}
+	}
 }

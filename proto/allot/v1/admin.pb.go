@@ -24,7 +24,7 @@ const (
 type Budget struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	// Global rate, written N/s, N/m or N/h.
+	// Global rate, written N/s, N/m, N/h, N/d (24 h) or N/w (168 h).
 	Rate  string `protobuf:"bytes,2,opt,name=rate,proto3" json:"rate,omitempty"`
 	Burst int64  `protobuf:"varint,3,opt,name=burst,proto3" json:"burst,omitempty"`
 	// rebalanced (default), static, full or pinned.
