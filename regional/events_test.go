@@ -266,15 +266,16 @@ func TestShiftFollowsWithinASecond(t *testing.T) {
 // A tenant that has never been seen is never denied below its budget in a
 // deployment of one region: the region's floor is the whole budget, and its
 // pod asks for a grant with its first request. With three regions its first
-// request is decided at the region's cold floor (a tenth of the budget split
-// three ways: 3.3/s, burst 1), which moves the tenant's key one emission
-// interval of that floor (300 ms) ahead; the grant that replaces the floor
-// keeps that time (GCRA keeps time, not units, across a change of limit: no
-// unit is minted), so a request may be denied until it has passed. None is
-// denied once both pods of the region hold a grant made from the tenant's
-// demand (one report's round trip after the first request; the leader may
-// have given the budgeted tenant a floor-sized grant before any traffic)
-// and that interval has passed. Requests at 12/s against 100/s burst 10.
+// requests are decided at the region's cold floor (a tenth of the budget
+// split three ways: 3.3/s, burst 1), or at a floor-sized grant the leader
+// gave the budgeted tenant before any traffic; the grant its demand earns
+// may first wait for the other regions to acknowledge that theirs shrank
+// (a round trip of theirs), so a request within 300 ms of the first (one
+// emission interval of the cold floor) may be denied. None is denied once
+// both pods of the region hold a grant made from the tenant's demand (one
+// report's round trip after the first request, when nothing else must
+// shrink) and those 300 ms have passed. Requests at 12/s against 100/s
+// burst 10.
 func TestNewTenantNotDenied(t *testing.T) {
 	for _, c := range []struct {
 		name    string
