@@ -103,3 +103,21 @@ local function store(key, st, now)
   if d > 0 then px = math.floor((d + 999) / 1000) + 1 end
   redis.call('SET', key, string.format('%d:%d:%d', st[1], st[2], st[3]), 'PX', string.format('%d', px))
 end
+
+-- settle is gcra.SettleMicros: st (loaded under (T, B)) settled from
+-- reserved to actual units at now. It returns the new state and whether it
+-- must be written.
+local function settle(st, now, T, B, reserved, actual)
+  if actual == reserved then return st, false end
+  local converted = st[1] ~= 0 and (st[2] ~= T or st[3] ~= B)
+  st = restate(st, now, T, B)
+  if actual < reserved then
+    if st[1] == 0 or st[1] <= now then return st, converted end
+    local tat = st[1] - (reserved - actual) * T
+    if tat < now then tat = now end
+    return {tat, T, B}, true
+  end
+  local tat = now
+  if st[1] ~= 0 and st[1] > now then tat = st[1] end
+  return {tat + (actual - reserved) * T, T, B}, true
+end

@@ -13,6 +13,9 @@ var luaOne string
 //go:embed gcra_all.lua
 var luaAll string
 
+//go:embed gcra_settle.lua
+var luaSettle string
+
 // SingleScript returns the Lua source of the single-key script. It keeps the
 // seed's calling convention: KEYS[1] is the key, ARGV is T (µs), B and cost;
 // it returns {allowed, retry_after_us, remaining, reset_after_us}. Time comes
@@ -25,3 +28,12 @@ func SingleScript() string { return luaLib + luaOne }
 // reset_after_us, limiting}, limiting being the 1-based index of the
 // limiting key. All keys must share a Redis Cluster slot.
 func CompositeScript() string { return luaLib + luaAll }
+
+// SettleScript returns the Lua source of the settle script: KEYS[1] is the
+// reservation, KEYS[2..N+1] its keys; ARGV is the reservation's value as
+// read, the actual cost, and N triples (T µs, B, reserved cost). It settles
+// each key as SettleMicros does and deletes the reservation, only if the
+// reservation still holds that value, and returns 1; otherwise 0, writing
+// nothing. Time comes from Redis TIME. All keys must share a Redis Cluster
+// slot.
+func SettleScript() string { return luaLib + luaSettle }

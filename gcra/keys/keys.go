@@ -172,3 +172,28 @@ func unhex(c byte) byte {
 	}
 	return c - 'A' + 10
 }
+
+// SettleKey returns the key of a reservation of tenant's (reserve, then
+// settle: gcra.Reservation) named id, in the slot of the tenant's limit
+// keys. Its segment after the hash tag starts with '#', which no limit key
+// holds (Key escapes it), so it never names a limit's state. id must be
+// non-empty and unreserved characters only.
+func SettleKey(tenant, id string) (string, error) {
+	if tenant == "" {
+		return "", ErrTenant
+	}
+	if id == "" {
+		return "", fmt.Errorf("%w: empty reservation id", ErrSyntax)
+	}
+	for i := 0; i < len(id); i++ {
+		if !unreserved(id[i]) {
+			return "", fmt.Errorf("%w: reservation id %q", ErrSyntax, id)
+		}
+	}
+	var b strings.Builder
+	b.WriteString(head)
+	escape(&b, tenant)
+	b.WriteString("}:#settle:")
+	b.WriteString(id)
+	return b.String(), nil
+}

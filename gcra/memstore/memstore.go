@@ -67,9 +67,21 @@ type Store struct {
 	seed   maphash.Seed
 	mask   uint64
 	shards []shard
+
+	resMu sync.Mutex
+	res   map[string]reserved // reservations by key (reserve, then settle)
 }
 
-var _ gcra.BatchStore = (*Store)(nil)
+// reserved is one kept reservation.
+type reserved struct {
+	reqs    []gcra.Request
+	expires int64 // µs
+}
+
+var (
+	_ gcra.BatchStore = (*Store)(nil)
+	_ gcra.Settler    = (*Store)(nil)
+)
 
 // New returns an empty Store. It copies cfg.
 func New(cfg Config) (*Store, error) {
@@ -270,4 +282,82 @@ func (s *Store) Run(ctx context.Context) error {
 			s.Sweep()
 		}
 	}
+}
+
+// Reserve keeps r for ttl (see gcra.Settler).
+func (s *Store) Reserve(ctx context.Context, r gcra.Reservation, ttl time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := gcra.ValidateRequests(r.Reqs); err != nil {
+		return err
+	}
+	if r.Key == "" || ttl <= 0 {
+		return errors.New("memstore: a reservation needs a key and a positive ttl")
+	}
+	now := s.clock().UnixMicro()
+	s.resMu.Lock()
+	defer s.resMu.Unlock()
+	if s.res == nil {
+		s.res = map[string]reserved{}
+	}
+	if old, ok := s.res[r.Key]; ok && now < old.expires {
+		return fmt.Errorf("memstore: reservation %s exists already", r.Key)
+	}
+	for k, v := range s.res { // (a small map in tests and dev: sweep as it grows)
+		if now >= v.expires {
+			delete(s.res, k)
+		}
+	}
+	s.res[r.Key] = reserved{reqs: append([]gcra.Request(nil), r.Reqs...), expires: now + ttl.Microseconds()}
+	return nil
+}
+
+// Settle settles the reservation under key with actual, as
+// gcra.SettleMicros on each of its keys, and forgets it (see gcra.Settler).
+func (s *Store) Settle(ctx context.Context, key string, actual int64) (gcra.Settled, error) {
+	if err := ctx.Err(); err != nil {
+		return gcra.Settled{}, err
+	}
+	now := s.clock().UnixMicro()
+	s.resMu.Lock()
+	defer s.resMu.Unlock()
+	r, ok := s.res[key]
+	if !ok || now >= r.expires {
+		delete(s.res, key)
+		return gcra.Settled{}, gcra.ErrNoReservation
+	}
+	for _, q := range r.reqs {
+		if err := q.Limit.CheckActual(q.Cost, actual); err != nil {
+			return gcra.Settled{}, err
+		}
+	}
+	delete(s.res, key)
+	idx := make([]int, len(r.reqs))
+	for i := range r.reqs {
+		idx[i] = s.shardOf(r.reqs[i].Key)
+	}
+	order := append([]int(nil), idx...)
+	sort.Ints(order)
+	last := -1
+	for _, i := range order {
+		if i != last {
+			s.shards[i].mu.Lock()
+			last = i
+		}
+	}
+	for i, q := range r.reqs {
+		sh := &s.shards[idx[i]]
+		if ns, write := gcra.SettleMicros(sh.get(q.Key, now), now, q.Limit, q.Cost, actual); write {
+			s.put(sh, q.Key, ns, now)
+		}
+	}
+	last = -1
+	for _, i := range order {
+		if i != last {
+			s.shards[i].mu.Unlock()
+			last = i
+		}
+	}
+	return gcra.Settled{Reserved: r.reqs[0].Cost, Actual: actual}, nil
 }

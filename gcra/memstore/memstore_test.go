@@ -298,3 +298,50 @@ func TestStartEmpty(t *testing.T) {
 		}
 	}
 }
+
+// Reserve, then settle, as the twin says: a composite's keys refunded
+// alike, a second settle and an expired reservation refused unchanged.
+func TestReserveSettle(t *testing.T) {
+	clk := newClock(1_700_000_000_000_000)
+	s := newStore(t, clk)
+	ctx := context.Background()
+	reqs := []gcra.Request{
+		{Key: "a", Limit: gcra.Limit{T: 1000, Burst: 100}, Cost: 40},
+		{Key: "b", Limit: gcra.Limit{T: 5000, Burst: 50}, Cost: 40},
+	}
+	if d, err := s.Decide(ctx, reqs); err != nil || !d.Allowed {
+		t.Fatalf("decide: %+v %v", d, err)
+	}
+	if err := s.Reserve(ctx, gcra.Reservation{Key: "r", Reqs: reqs}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reserve(ctx, gcra.Reservation{Key: "r", Reqs: reqs}, time.Second); err == nil {
+		t.Fatal("a second reservation under one key was kept")
+	}
+	before := [2]gcra.State{}
+	for i, r := range reqs {
+		before[i], _ = s.Peek(r.Key)
+	}
+	if _, err := s.Settle(ctx, "r", 10); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range reqs {
+		st, _ := s.Peek(r.Key)
+		if want := before[i].TAT - 30*r.Limit.T; st.TAT != want {
+			t.Errorf("key %s: TAT %d after refunding 30, want %d", r.Key, st.TAT, want)
+		}
+	}
+	if _, err := s.Settle(ctx, "r", 0); !errors.Is(err, gcra.ErrNoReservation) {
+		t.Errorf("second settle: %v, want ErrNoReservation", err)
+	}
+	if err := s.Reserve(ctx, gcra.Reservation{Key: "r2", Reqs: reqs}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Settle(ctx, "r2", -3); !errors.Is(err, gcra.ErrActual) {
+		t.Errorf("negative actual: %v, want ErrActual", err)
+	}
+	clk.Add(2 * time.Second)
+	if _, err := s.Settle(ctx, "r2", 0); !errors.Is(err, gcra.ErrNoReservation) {
+		t.Errorf("expired reservation: %v, want ErrNoReservation", err)
+	}
+}

@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -12,9 +14,10 @@ import (
 
 // Store is a gcra.BatchStore on Redis. Build it with New.
 type Store struct {
-	c   redis.UniversalClient
-	one *redis.Script
-	all *redis.Script
+	c      redis.UniversalClient
+	one    *redis.Script
+	all    *redis.Script
+	settle *redis.Script
 }
 
 var _ gcra.BatchStore = (*Store)(nil)
@@ -33,9 +36,10 @@ func New(c redis.UniversalClient) (*Store, error) {
 		return nil, ErrContextTimeoutDisabled
 	}
 	return &Store{
-		c:   c,
-		one: redis.NewScript(gcra.SingleScript()),
-		all: redis.NewScript(gcra.CompositeScript()),
+		c:      c,
+		one:    redis.NewScript(gcra.SingleScript()),
+		all:    redis.NewScript(gcra.CompositeScript()),
+		settle: redis.NewScript(gcra.SettleScript()),
 	}, nil
 }
 
@@ -205,4 +209,86 @@ func decode(v any, n int) (gcra.Decision, error) {
 
 func badReply(v any, reason string) error {
 	return &Error{Op: "decode", Kind: ErrBadReply, Err: &ReplyError{Reply: v, Reason: reason}}
+}
+
+var _ gcra.Settler = (*Store)(nil)
+
+// reservation is a Reservation as kept in Redis (JSON): each key with the
+// limit and cost it was charged.
+type reservation struct {
+	R []reservedKey `json:"r"`
+}
+
+type reservedKey struct {
+	K string `json:"k"`
+	T int64  `json:"t"`
+	B int64  `json:"b"`
+	C int64  `json:"c"`
+}
+
+// Reserve keeps r under r.Key for ttl (SET NX PX): a key already there is
+// an error (ids are random: a collision means a bug).
+func (s *Store) Reserve(ctx context.Context, r gcra.Reservation, ttl time.Duration) error {
+	if err := gcra.ValidateRequests(r.Reqs); err != nil {
+		return err
+	}
+	if r.Key == "" || ttl <= 0 {
+		return errors.New("redisstore: a reservation needs a key and a positive ttl")
+	}
+	v := reservation{R: make([]reservedKey, len(r.Reqs))}
+	for i, q := range r.Reqs {
+		v.R[i] = reservedKey{K: q.Key, T: q.Limit.T, B: q.Limit.Burst, C: q.Cost}
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	ok, err := s.c.SetNX(ctx, r.Key, b, ttl).Result()
+	if err != nil {
+		return classify("reserve", err)
+	}
+	if !ok {
+		return fmt.Errorf("redisstore: reservation %s exists already", r.Key)
+	}
+	return nil
+}
+
+// Settle settles the reservation under key with actual, in one script run
+// after reading it: if another settle took it meanwhile, or it expired,
+// nothing changes and the error is gcra.ErrNoReservation.
+func (s *Store) Settle(ctx context.Context, key string, actual int64) (gcra.Settled, error) {
+	raw, err := s.c.Get(ctx, key).Result()
+	if errors.Is(err, redis.Nil) {
+		return gcra.Settled{}, gcra.ErrNoReservation
+	}
+	if err != nil {
+		return gcra.Settled{}, classify("settle", err)
+	}
+	var v reservation
+	if err := json.Unmarshal([]byte(raw), &v); err != nil || len(v.R) == 0 {
+		return gcra.Settled{}, fmt.Errorf("redisstore: reservation %s does not hold a reservation", key)
+	}
+	keys := make([]string, 0, 1+len(v.R))
+	args := make([]any, 0, 2+3*len(v.R))
+	keys = append(keys, key)
+	args = append(args, raw, actual)
+	for _, r := range v.R {
+		l := gcra.Limit{T: r.T, Burst: r.B}
+		if err := l.Validate(); err != nil {
+			return gcra.Settled{}, fmt.Errorf("redisstore: reservation %s: %w", key, err)
+		}
+		if err := l.CheckActual(r.C, actual); err != nil {
+			return gcra.Settled{}, err
+		}
+		keys = append(keys, r.K)
+		args = append(args, r.T, r.B, r.C)
+	}
+	n, err := s.settle.Run(ctx, s.c, keys, args...).Int64()
+	if err != nil {
+		return gcra.Settled{}, classify("settle", err)
+	}
+	if n != 1 {
+		return gcra.Settled{}, gcra.ErrNoReservation
+	}
+	return gcra.Settled{Reserved: v.R[0].C, Actual: actual}, nil
 }

@@ -1,0 +1,260 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/allot-dev/allot/gcra"
+	"github.com/allot-dev/allot/gcra/keys"
+	"github.com/allot-dev/allot/gcra/redisstore"
+	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/wait"
+)
+
+// The settle script is the twin's SettleMicros, key by key, on real Redis at
+// pinned instants: random states (missing, full, in use, over, stored under
+// another limit), random reservations and actual costs.
+func TestSettleLuaMatchesTwin(t *testing.T) {
+	_, c, _ := startLab(t)
+	script := redis.NewScript(pinned(t, gcra.SettleScript()))
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(5, 6))
+	const resKey = "allot:v1:{t}:#settle:x"
+	for seq := 0; seq < 400; seq++ {
+		n := 1 + r.IntN(3)
+		now := int64(1_700_000_000_000_000) + r.Int64N(1e12)
+		ks := make([]string, n)
+		lims := make([]gcra.Limit, n)
+		presets := make([]value, n)
+		states := make([]gcra.State, n)
+		reserved := int64(0)
+		for i := range n {
+			ks[i] = "allot:v1:{t}:l" + string(rune('a'+i))
+			lims[i] = randLimit(r)
+			if i == 0 {
+				reserved = 1 + r.Int64N(lims[0].Burst)
+			}
+			if lims[i].Burst < reserved {
+				lims[i].Burst = reserved
+			}
+			var plain bool
+			states[i], plain = randState(r, now, lims[i])
+			if plain && (states[i].T != lims[i].T || states[i].Burst != lims[i].Burst || states[i].TAT <= 0) {
+				plain = false
+			}
+			presets[i] = encodeState(states[i], plain)
+		}
+		var actual int64
+		switch r.IntN(4) {
+		case 0:
+			actual = reserved
+		case 1:
+			actual = r.Int64N(reserved + 1)
+		case 2:
+			actual = 0
+		default:
+			actual = reserved + r.Int64N(3*reserved+5)
+		}
+		ok := true
+		for i := range n {
+			ok = ok && lims[i].CheckActual(reserved, actual) == nil
+		}
+		if !ok {
+			continue
+		}
+		args := []any{"res", actual}
+		for i := range n {
+			args = append(args, lims[i].T, lims[i].Burst, reserved)
+		}
+		var eval *redis.Cmd
+		gets := make([]*redis.StringCmd, n)
+		ttls := make([]*redis.DurationCmd, n)
+		var resLeft *redis.IntCmd
+		_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			for i, k := range ks {
+				if presets[i].present {
+					p.Set(ctx, k, presets[i].s, 0)
+				} else {
+					p.Del(ctx, k)
+				}
+			}
+			p.Set(ctx, resKey, "res", 0)
+			p.Set(ctx, nowKey, now, 0)
+			eval = script.Eval(ctx, p, append([]string{resKey}, ks...), args...)
+			for i, k := range ks {
+				gets[i] = p.Get(ctx, k)
+				ttls[i] = p.PTTL(ctx, k)
+			}
+			resLeft = p.Exists(ctx, resKey)
+			return nil
+		})
+		if err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatalf("seq %d: %v (script: %v)", seq, err, eval.Err())
+		}
+		if got, _ := eval.Int64(); got != 1 || resLeft.Val() != 0 {
+			t.Fatalf("seq %d: script returned %d, reservation left %d; want 1 and deleted", seq, got, resLeft.Val())
+		}
+		for i := range n {
+			ns, write := gcra.SettleMicros(states[i], now, lims[i], reserved, actual)
+			want := afterTwin(presets[i], ns, write, now)
+			got := value{}
+			if s, gerr := gets[i].Result(); gerr == nil {
+				got = value{present: true, s: s, pttl: ttls[i].Val()}
+			}
+			if !sameValue(got, want) {
+				t.Fatalf("seq %d key %d: state %+v (stored %v) limit %+v reserved %d actual %d at %d:\n script %v\n twin   %v",
+					seq, i, states[i], presets[i], lims[i], reserved, actual, now, got, want)
+			}
+		}
+	}
+}
+
+// Reserve, then settle, through the Store on real Redis: a refund gives back
+// exactly what was unused, never above full; a debt delays the next request
+// by exactly debt·T; a second settle, an unknown or expired reservation,
+// and a bad actual are refused with nothing changed.
+func TestReserveSettle(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	s, err := redisstore.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	lim := gcra.Limit{T: 10_000, Burst: 100} // 100/s, burst 100
+	key, _ := keys.Key("t1", "tokens")
+	res, _ := keys.SettleKey("t1", "r1")
+	tat := func() int64 {
+		v, err := c.Get(ctx, key).Result()
+		if errors.Is(err, redis.Nil) {
+			return 0
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _, _ := strings.Cut(v, ":")
+		n, err := strconv.ParseInt(a, 10, 64)
+		if err != nil {
+			t.Fatalf("key holds %q", v)
+		}
+		return n
+	}
+	reserve := func(id string, cost int64) string {
+		t.Helper()
+		d, err := s.Decide(ctx, []gcra.Request{{Key: key, Limit: lim, Cost: cost}})
+		if err != nil || !d.Allowed {
+			t.Fatalf("decide %d: %+v %v", cost, d, err)
+		}
+		rk, _ := keys.SettleKey("t1", id)
+		if err := s.Reserve(ctx, gcra.Reservation{Key: rk, Reqs: []gcra.Request{{Key: key, Limit: lim, Cost: cost}}}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		return rk
+	}
+
+	// 80 reserved, 30 used: 50 refunded, exactly 50·T.
+	rk := reserve("r1", 80)
+	before := tat()
+	got, err := s.Settle(ctx, rk, 30)
+	if err != nil || got.Reserved != 80 || got.Actual != 30 {
+		t.Fatalf("settle: %+v %v", got, err)
+	}
+	if after := tat(); before-after != 50*lim.T {
+		t.Fatalf("refund moved the TAT by %d µs, want %d (50 units)", before-after, 50*lim.T)
+	}
+	// A second settle, an unknown one, a bad actual: refused, nothing changes.
+	mark := tat()
+	for _, c := range []struct {
+		key    string
+		actual int64
+		want   error
+	}{
+		{rk, 0, gcra.ErrNoReservation},
+		{res + "nope", 10, gcra.ErrNoReservation},
+	} {
+		if _, err := s.Settle(ctx, c.key, c.actual); !errors.Is(err, c.want) {
+			t.Errorf("settle %s %d: %v, want %v", c.key, c.actual, err, c.want)
+		}
+	}
+	if tat() != mark {
+		t.Fatal("a refused settle changed the key")
+	}
+	rk2 := reserve("r2", 5)
+	mark = tat()
+	if _, err := s.Settle(ctx, rk2, -1); !errors.Is(err, gcra.ErrActual) {
+		t.Errorf("negative actual: %v, want ErrActual", err)
+	}
+	if _, err := s.Settle(ctx, rk2, 1<<50); !errors.Is(err, gcra.ErrActual) {
+		t.Errorf("an actual whose debt no key can hold: %v, want ErrActual", err)
+	}
+	if tat() != mark {
+		t.Fatal("a refused settle changed the key")
+	}
+	// Never above full: reserve 5 of a rested key, refund 5 after it
+	// refilled: the key stays full (no key, or TAT ≤ now), not 5 over.
+	c.Del(ctx, key)
+	rk3 := reserve("r3", 5)
+	c.Set(ctx, key, "1:10000:100", time.Minute) // refilled long ago
+	if _, err := s.Settle(ctx, rk3, 0); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := c.Get(ctx, key).Result(); v != "1:10000:100" {
+		t.Fatalf("a refund to a full key wrote %q, want it untouched", v)
+	}
+	// Debt: a burst spent, then 50 units more than reserved: the next
+	// request waits 50·T longer than it would.
+	c.Del(ctx, key)
+	rk4 := reserve("r4", 100)
+	d, _ := s.Decide(ctx, []gcra.Request{{Key: key, Limit: lim, Cost: 1}})
+	base := d.RetryAfter
+	if _, err := s.Settle(ctx, rk4, 150); err != nil {
+		t.Fatal(err)
+	}
+	d, _ = s.Decide(ctx, []gcra.Request{{Key: key, Limit: lim, Cost: 1}})
+	if d.Allowed || d.RetryAfter < base+50*lim.Interval()-5*time.Millisecond || d.RetryAfter > base+50*lim.Interval() {
+		t.Fatalf("after 50 units of debt: %+v, want a wait of %v + 50·T = %v", d, base, base+50*lim.Interval())
+	}
+	// Racing settles of one reservation: exactly one wins.
+	c.Del(ctx, key)
+	rk5 := reserve("r5", 50)
+	var wg sync.WaitGroup
+	wins := make(chan bool, 8)
+	for range 8 {
+		wg.Go(func() {
+			_, err := s.Settle(ctx, rk5, 0)
+			wins <- err == nil
+		})
+	}
+	wg.Wait()
+	close(wins)
+	n := 0
+	for w := range wins {
+		if w {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d of 8 racing settles won, want 1", n)
+	}
+	// An expired reservation: gone.
+	rk6, _ := keys.SettleKey("t1", "r6")
+	if err := s.Reserve(ctx, gcra.Reservation{Key: rk6, Reqs: []gcra.Request{{Key: key, Limit: lim, Cost: 1}}}, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	wait.Until(t, time.Second, func() error {
+		if c.Exists(ctx, rk6).Val() != 0 {
+			return errors.New("reservation not expired yet")
+		}
+		return nil
+	})
+	if _, err := s.Settle(ctx, rk6, 0); !errors.Is(err, gcra.ErrNoReservation) {
+		t.Fatalf("expired reservation: %v, want ErrNoReservation", err)
+	}
+}
