@@ -34,6 +34,13 @@ var (
 	// limit's burst, too many descriptors...). Retrying it unchanged will not
 	// help. The message names the field.
 	ErrInvalid = errors.New("allot: invalid request")
+	// ErrSettleGone: a settle token that names no reservation: unknown,
+	// expired (the pods' --settle-ttl), or settled already. Nothing
+	// changed; retrying will not help.
+	ErrSettleGone = errors.New("allot: settle token unknown, expired or already settled")
+	// ErrNotReserved: Decision.Settle on a decision without a settle token
+	// (not reserved, denied, or decided without the limiter's store).
+	ErrNotReserved = errors.New("allot: decision has no settle token")
 )
 
 // DefaultTimeout bounds each call unless Config.Timeout says otherwise: a
@@ -137,6 +144,26 @@ type Decision struct {
 	// global budget for budget limits), for RateLimit-Policy.
 	Quota  int64
 	Window time.Duration
+	// SettleToken settles a reserved decision (Client.Reserve) with its
+	// actual cost; "" when there is nothing to settle.
+	SettleToken string
+
+	client *Client // that reserved it, for Settle
+}
+
+// Settle settles a reserved decision with its actual cost (Client.Settle).
+// A decision without a settle token returns ErrNotReserved.
+func (d Decision) Settle(ctx context.Context, actual int64) (Settled, error) {
+	if d.SettleToken == "" || d.client == nil {
+		return Settled{}, ErrNotReserved
+	}
+	return d.client.Settle(ctx, d.SettleToken, actual)
+}
+
+// Settled is what a settle did: units given back to every limit the
+// decision charged (Refunded), or owed by each as debt (Charged).
+type Settled struct {
+	Reserved, Actual, Refunded, Charged int64
 }
 
 // Request is one request of a batch.
@@ -251,6 +278,49 @@ func (c *Client) Decide(ctx context.Context, descriptors map[string]string, cost
 	return fromProto(a[0].resp), nil
 }
 
+// Reserve decides one request like Decide, with cost an estimate (a
+// completion's max_tokens, say): an allowed decision carries a settle
+// token, and Decision.Settle (or Settle) then corrects the charge with the
+// actual cost, at most the pods' --settle-ttl later. It is never coalesced
+// into a batch. A decision the limiter made without its store, or denied,
+// carries no token.
+func (c *Client) Reserve(ctx context.Context, descriptors map[string]string, cost int64) (Decision, error) {
+	if cost < 1 {
+		return Decision{}, invalidf("cost: %d: want a whole number of units ≥ 1", cost)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	r, err := c.api.Decide(ctx, &allotv1.DecideRequest{Descriptors: descriptors, Cost: cost, Reserve: true})
+	if err != nil {
+		return Decision{}, classify(ctx, err)
+	}
+	d := fromProto(r)
+	if d.SettleToken != "" {
+		d.client = c
+	}
+	return d, nil
+}
+
+// Settle settles the reservation behind token with the units the request
+// really cost (≥ 0): unused ones go back to every limit it charged (never
+// beyond full), those beyond its estimate are owed as debt (later requests
+// wait until it is paid). An error wraps ErrSettleGone (unknown, expired,
+// or settled already), ErrInvalid (a negative actual, a malformed token),
+// or ErrUnavailable; then nothing changed, except that an ErrUnavailable
+// settle may have been applied (a second try then gets ErrSettleGone).
+func (c *Client) Settle(ctx context.Context, token string, actual int64) (Settled, error) {
+	if actual < 0 {
+		return Settled{}, invalidf("actual: %d: want a whole number of units ≥ 0", actual)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	r, err := c.api.Settle(ctx, &allotv1.SettleRequest{Token: token, Actual: actual})
+	if err != nil {
+		return Settled{}, classify(ctx, err)
+	}
+	return Settled{Reserved: r.GetReserved(), Actual: r.GetActual(), Refunded: r.GetRefunded(), Charged: r.GetCharged()}, nil
+}
+
 // send is one coalesced exchange: a lone decision is a Decide RPC; more
 // are one independent DecideBatch, each answer carrying its own error.
 func (c *Client) send(ctx context.Context, reqs []*allotv1.DecideRequest) []answer {
@@ -337,6 +407,8 @@ func fromProto(r *allotv1.DecideResponse) Decision {
 		Closed:     r.GetClosed(),
 		Quota:      r.GetQuota(),
 		Window:     time.Duration(r.GetWindowS()) * time.Second,
+
+		SettleToken: r.GetSettleToken(),
 	}
 }
 
@@ -381,6 +453,8 @@ func classify(ctx context.Context, err error) error {
 	switch st.Code() {
 	case codes.InvalidArgument, codes.OutOfRange:
 		kind = ErrInvalid
+	case codes.NotFound:
+		kind = ErrSettleGone
 	}
 	return &callError{kind: kind, st: st, ctx: ctx.Err()}
 }

@@ -31,6 +31,10 @@ type Config struct {
 	Prefix string
 	// StoreTimeout bounds one store call (I9). Default 5ms.
 	StoreTimeout time.Duration
+	// SettleTTL is how long a reserved decision can be settled (Reserve,
+	// Settle): its reservation is kept in the store that long. Default 15m;
+	// at most 24h.
+	SettleTTL time.Duration
 	// Coalesce, when Store is a gcra.BatchStore, merges decisions made at
 	// the same time into one pipeline (package gcra/pipeline): no timer, a
 	// decision that finds the store idle goes at once, those arriving while
@@ -86,6 +90,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		StoreTimeout:    5 * time.Millisecond,
+		SettleTTL:       15 * time.Minute,
 		Coalesce:        true,
 		BreakerFailures: 5,
 		BreakerOpen:     2 * time.Second,
@@ -109,6 +114,8 @@ func (c Config) Validate() error {
 		return errors.New("regional config: Etcd: required")
 	case c.StoreTimeout <= 0:
 		return fmt.Errorf("regional config: StoreTimeout: %v: must be positive", c.StoreTimeout)
+	case c.SettleTTL < time.Second || c.SettleTTL > 24*time.Hour:
+		return fmt.Errorf("regional config: SettleTTL: %v: want 1s to 24h", c.SettleTTL)
 	case c.BreakerFailures < 1:
 		return errors.New("regional config: BreakerFailures: must be at least 1")
 	case c.BreakerOpen <= 0:

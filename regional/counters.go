@@ -62,6 +62,19 @@ func (c *counters) add(tenant string, cost int64, admitted bool) {
 	}
 }
 
+// adjust corrects tenant's counts by delta units (a settle: negative gives
+// units back). A tenant not counted since the last drain is not tracked
+// again for it.
+func (c *counters) adjust(tenant string, delta int64) {
+	v, ok := c.m.Load(tenant)
+	if !ok {
+		return
+	}
+	u := v.(*usageCell)
+	u.offered.Add(delta)
+	u.admitted.Add(delta)
+}
+
 // drain returns every tenant's counts since the last drain and resets them.
 // Only one goroutine (the reporter) drains. With evict (once a report), a
 // tenant without counts since idleReports such drains is removed.
@@ -69,7 +82,7 @@ func (c *counters) drain(evict bool) map[string]shares.Usage {
 	out := make(map[string]shares.Usage)
 	c.m.Range(func(k, v any) bool {
 		u := v.(*usageCell)
-		off, adm := u.offered.Swap(0), u.admitted.Swap(0)
+		off, adm := max(0, u.offered.Swap(0)), max(0, u.admitted.Swap(0)) // (a refund may exceed what the interval counted)
 		if off == 0 && adm == 0 {
 			if !evict {
 				return true

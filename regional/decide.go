@@ -52,6 +52,10 @@ type Decision struct {
 	// budget for budget limits), for the RateLimit-Policy field.
 	Quota  int64
 	Window time.Duration
+	// SettleToken settles a reserved decision with its actual cost
+	// (Reserve, Settle); "" for Decide, and for a reserved decision that
+	// cannot be settled.
+	SettleToken string
 }
 
 // item is one limit of a request, ready for the store.

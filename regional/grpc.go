@@ -39,6 +39,8 @@ func GRPCError(err error) error {
 		code = codes.InvalidArgument
 	case errors.Is(err, ErrNotReady):
 		code = codes.Unavailable
+	case errors.Is(err, ErrSettleGone):
+		code = codes.NotFound
 	case errors.Is(err, context.DeadlineExceeded):
 		code = codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):
@@ -56,7 +58,7 @@ func toProto(d Decision) *allotv1.DecideResponse {
 	return &allotv1.DecideResponse{
 		Allowed: d.Allowed, Remaining: d.Remaining, RetryAfterMs: ceilMS(d.RetryAfter), ResetAfterMs: ceilMS(d.ResetAfter),
 		Limit: d.Limit, Shadow: d.Shadow, Fallback: d.Fallback, Quota: d.Quota, WindowS: int64(d.Window / time.Second),
-		Closed: d.Closed,
+		Closed: d.Closed, SettleToken: d.SettleToken,
 	}
 }
 
@@ -68,7 +70,11 @@ func protoCost(c int64) int64 {
 }
 
 func (a limiterAPI) Decide(ctx context.Context, r *allotv1.DecideRequest) (*allotv1.DecideResponse, error) {
-	d, err := a.s.Decide(ctx, r.GetDescriptors(), protoCost(r.GetCost()))
+	decide := a.s.Decide
+	if r.GetReserve() {
+		decide = a.s.Reserve
+	}
+	d, err := decide(ctx, r.GetDescriptors(), protoCost(r.GetCost()))
 	if err != nil {
 		return nil, GRPCError(err)
 	}
@@ -259,4 +265,12 @@ func rlsUnit(w time.Duration) rlsv3.RateLimitResponse_RateLimit_Unit {
 		return rlsv3.RateLimitResponse_RateLimit_DAY
 	}
 	return rlsv3.RateLimitResponse_RateLimit_UNKNOWN
+}
+
+func (a limiterAPI) Settle(ctx context.Context, r *allotv1.SettleRequest) (*allotv1.SettleResponse, error) {
+	got, err := a.s.Settle(ctx, r.GetToken(), r.GetActual())
+	if err != nil {
+		return nil, GRPCError(err)
+	}
+	return &allotv1.SettleResponse{Reserved: got.Reserved, Actual: got.Actual, Refunded: got.Refunded, Charged: got.Charged}, nil
 }

@@ -25,6 +25,23 @@ const DefaultHeaderPrefix = client.DefaultHeaderPrefix
 type decideRequest struct {
 	Descriptors map[string]string `json:"descriptors"`
 	Cost        *int64            `json:"cost,omitempty"`
+	// Reserve: cost is an estimate; an allowed answer carries a
+	// settle_token for POST /v1/settle with the actual cost.
+	Reserve bool `json:"reserve,omitempty"`
+}
+
+// settleRequest is the body of POST /v1/settle.
+type settleRequest struct {
+	Token  string `json:"token"`
+	Actual *int64 `json:"actual"`
+}
+
+// settleResponse is its answer.
+type settleResponse struct {
+	Reserved int64 `json:"reserved"`
+	Actual   int64 `json:"actual"`
+	Refunded int64 `json:"refunded"`
+	Charged  int64 `json:"charged"`
 }
 
 // decideResponse is its answer (a fixed contract, plus fallback).
@@ -37,6 +54,7 @@ type decideResponse struct {
 	Shadow       bool   `json:"shadow"`
 	Fallback     bool   `json:"fallback,omitempty"`
 	Closed       bool   `json:"closed,omitempty"`
+	SettleToken  string `json:"settle_token,omitempty"`
 }
 
 // ceilMS rounds a duration up to whole milliseconds.
@@ -59,6 +77,7 @@ func (s *Service) Handler(gatherer prometheus.Gatherer, headerPrefix string) htt
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/decide", s.httpDecide)
+	mux.HandleFunc("POST /v1/settle", s.httpSettle)
 	mux.HandleFunc("GET /v1/forward-auth", func(w http.ResponseWriter, r *http.Request) { s.forwardAuth(w, r, headerPrefix) })
 	if gatherer != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
@@ -82,6 +101,8 @@ func HTTPStatus(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, ErrNotReady):
 		return http.StatusServiceUnavailable
+	case errors.Is(err, ErrSettleGone):
+		return http.StatusNotFound
 	}
 	return http.StatusInternalServerError
 }
@@ -108,15 +129,39 @@ func (s *Service) httpDecide(w http.ResponseWriter, r *http.Request) {
 	if req.Cost != nil {
 		cost = *req.Cost
 	}
-	d, err := s.Decide(r.Context(), req.Descriptors, cost)
+	decide := s.Decide
+	if req.Reserve {
+		decide = s.Reserve
+	}
+	d, err := decide(r.Context(), req.Descriptors, cost)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, decideResponse{
 		Allowed: d.Allowed, Remaining: d.Remaining, RetryAfterMS: ceilMS(d.RetryAfter), ResetAfterMS: ceilMS(d.ResetAfter),
-		Limit: d.Limit, Shadow: d.Shadow, Fallback: d.Fallback, Closed: d.Closed,
+		Limit: d.Limit, Shadow: d.Shadow, Fallback: d.Fallback, Closed: d.Closed, SettleToken: d.SettleToken,
 	})
+}
+
+func (s *Service) httpSettle(w http.ResponseWriter, r *http.Request) {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<10))
+	dec.DisallowUnknownFields()
+	var req settleRequest
+	if err := dec.Decode(&req); err != nil {
+		writeErr(w, fmt.Errorf("%w: body: %w", ErrBadRequest, err))
+		return
+	}
+	if req.Actual == nil {
+		writeErr(w, badRequest("actual: missing: want the units the request really cost, e.g. {\"token\": \"s1....\", \"actual\": 812}"))
+		return
+	}
+	got, err := s.Settle(r.Context(), req.Token, *req.Actual)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, settleResponse(got))
 }
 
 // descriptorName turns a header name after the prefix into a descriptor

@@ -35,6 +35,7 @@ type Service struct {
 	// counted, and budget limits enforce nothing).
 	counts  atomic.Pointer[[]*counters]
 	breaker *gobreaker.CircuitBreaker[[]gcra.Answer]
+	settler gcra.Settler    // the region's store, when it keeps reservations
 	local   *memstore.Store // the fallback limiter
 
 	// leases serves every leased limit, each with its policy's lease size
@@ -71,6 +72,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	settler, _ := cfg.Store.(gcra.Settler)
 	if bs, ok := cfg.Store.(gcra.BatchStore); ok && cfg.Coalesce {
 		ps, err := pipeline.New(bs, pipeline.DefaultConfig())
 		if err != nil {
@@ -94,6 +96,7 @@ func New(cfg Config) (*Service, error) {
 		view:       newView(cfg.Region, st, cfg.Drift),
 		local:      local,
 		failLogged: map[string]time.Time{},
+		settler:    settler,
 	}
 	s.breaker = gobreaker.NewCircuitBreaker[[]gcra.Answer](gobreaker.Settings{
 		Name:         "store-" + cfg.Region,

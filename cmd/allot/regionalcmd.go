@@ -34,6 +34,7 @@ type regionalOpts struct {
 	grpcListen        string
 	httpListen        string
 	storeTimeout      time.Duration
+	settleTTL         time.Duration
 	reportInterval    time.Duration
 	breakerFailures   uint32
 	breakerOpen       time.Duration
@@ -104,6 +105,7 @@ there, for probes and scrapers under mutual TLS (and /debug/pprof/ with
 	f.StringVar(&o.grpcListen, "grpc-listen", "127.0.0.1:8081", "gRPC listen address")
 	f.StringVar(&o.httpListen, "http-listen", "127.0.0.1:8080", "HTTP listen address")
 	f.DurationVar(&o.storeTimeout, "store-timeout", def.StoreTimeout, "timeout of one Redis call; past it the limit's on_failure decides")
+	f.DurationVar(&o.settleTTL, "settle-ttl", def.SettleTTL, "how long a reserved decision can be settled with its actual cost (POST /v1/settle, Limiter.Settle), 1s to 24h")
 	f.DurationVar(&o.reportInterval, "report-interval", def.ReportInterval, "how often to report traffic to the coordinator")
 	f.Uint32Var(&o.breakerFailures, "breaker-failures", def.BreakerFailures, "consecutive Redis failures that open the circuit breaker")
 	f.DurationVar(&o.breakerOpen, "breaker-open", def.BreakerOpen, "how long the breaker stays open before probing Redis again")
@@ -229,6 +231,7 @@ func runRegional(ctx context.Context, s *streams, o regionalOpts) error {
 	cfg := regional.DefaultConfig()
 	cfg.Region, cfg.Pod, cfg.Store, cfg.Etcd, cfg.Prefix = o.region, o.pod, store, etcd, o.prefix
 	cfg.StoreTimeout, cfg.ReportInterval = o.storeTimeout, o.reportInterval
+	cfg.SettleTTL = o.settleTTL
 	cfg.BreakerFailures, cfg.BreakerOpen, cfg.Drift = o.breakerFailures, o.breakerOpen, o.drift
 	cfg.Logger, cfg.Registerer = log, reg
 	cfg.CoordinatorCreds, cfg.ReportToken = coordCreds, reportToken

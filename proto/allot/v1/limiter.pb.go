@@ -26,7 +26,11 @@ type DecideRequest struct {
 	// Descriptors name the caller, e.g. {"tenant": "t42", "user": "7"}.
 	Descriptors map[string]string `protobuf:"bytes,1,rep,name=descriptors,proto3" json:"descriptors,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Cost is the number of units the request counts as (default 1).
-	Cost          int64 `protobuf:"varint,2,opt,name=cost,proto3" json:"cost,omitempty"`
+	Cost int64 `protobuf:"varint,2,opt,name=cost,proto3" json:"cost,omitempty"`
+	// Reserve: cost is an estimate; an allowed answer carries a
+	// settle_token for Settle with the actual cost. Decide only: DecideBatch
+	// decides its requests without reserving.
+	Reserve       bool `protobuf:"varint,3,opt,name=reserve,proto3" json:"reserve,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -75,6 +79,134 @@ func (x *DecideRequest) GetCost() int64 {
 	return 0
 }
 
+func (x *DecideRequest) GetReserve() bool {
+	if x != nil {
+		return x.Reserve
+	}
+	return false
+}
+
+type SettleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Token string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	// The units the request really cost (≥ 0).
+	Actual        int64 `protobuf:"varint,2,opt,name=actual,proto3" json:"actual,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleRequest) Reset() {
+	*x = SettleRequest{}
+	mi := &file_allot_v1_limiter_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleRequest) ProtoMessage() {}
+
+func (x *SettleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_v1_limiter_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleRequest.ProtoReflect.Descriptor instead.
+func (*SettleRequest) Descriptor() ([]byte, []int) {
+	return file_allot_v1_limiter_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SettleRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *SettleRequest) GetActual() int64 {
+	if x != nil {
+		return x.Actual
+	}
+	return 0
+}
+
+type SettleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reserved      int64                  `protobuf:"varint,1,opt,name=reserved,proto3" json:"reserved,omitempty"`
+	Actual        int64                  `protobuf:"varint,2,opt,name=actual,proto3" json:"actual,omitempty"`
+	Refunded      int64                  `protobuf:"varint,3,opt,name=refunded,proto3" json:"refunded,omitempty"`
+	Charged       int64                  `protobuf:"varint,4,opt,name=charged,proto3" json:"charged,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleResponse) Reset() {
+	*x = SettleResponse{}
+	mi := &file_allot_v1_limiter_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleResponse) ProtoMessage() {}
+
+func (x *SettleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_v1_limiter_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleResponse.ProtoReflect.Descriptor instead.
+func (*SettleResponse) Descriptor() ([]byte, []int) {
+	return file_allot_v1_limiter_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SettleResponse) GetReserved() int64 {
+	if x != nil {
+		return x.Reserved
+	}
+	return 0
+}
+
+func (x *SettleResponse) GetActual() int64 {
+	if x != nil {
+		return x.Actual
+	}
+	return 0
+}
+
+func (x *SettleResponse) GetRefunded() int64 {
+	if x != nil {
+		return x.Refunded
+	}
+	return 0
+}
+
+func (x *SettleResponse) GetCharged() int64 {
+	if x != nil {
+		return x.Charged
+	}
+	return 0
+}
+
 type DecideResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Allowed bool                   `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
@@ -101,15 +233,18 @@ type DecideResponse struct {
 	// not decided. error_code is the gRPC status code it would have failed
 	// with alone (3, INVALID_ARGUMENT: the request is bad and error names the
 	// field; anything else: no decision could be made), error the message.
-	ErrorCode     int32  `protobuf:"varint,11,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
-	Error         string `protobuf:"bytes,12,opt,name=error,proto3" json:"error,omitempty"`
+	ErrorCode int32  `protobuf:"varint,11,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	Error     string `protobuf:"bytes,12,opt,name=error,proto3" json:"error,omitempty"`
+	// Settles this decision (Settle), when it was reserved and allowed by
+	// the region's store.
+	SettleToken   string `protobuf:"bytes,13,opt,name=settle_token,json=settleToken,proto3" json:"settle_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DecideResponse) Reset() {
 	*x = DecideResponse{}
-	mi := &file_allot_v1_limiter_proto_msgTypes[1]
+	mi := &file_allot_v1_limiter_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -121,7 +256,7 @@ func (x *DecideResponse) String() string {
 func (*DecideResponse) ProtoMessage() {}
 
 func (x *DecideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_v1_limiter_proto_msgTypes[1]
+	mi := &file_allot_v1_limiter_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -134,7 +269,7 @@ func (x *DecideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideResponse.ProtoReflect.Descriptor instead.
 func (*DecideResponse) Descriptor() ([]byte, []int) {
-	return file_allot_v1_limiter_proto_rawDescGZIP(), []int{1}
+	return file_allot_v1_limiter_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *DecideResponse) GetAllowed() bool {
@@ -221,6 +356,13 @@ func (x *DecideResponse) GetError() string {
 	return ""
 }
 
+func (x *DecideResponse) GetSettleToken() string {
+	if x != nil {
+		return x.SettleToken
+	}
+	return ""
+}
+
 type DecideBatchRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Requests []*DecideRequest       `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
@@ -236,7 +378,7 @@ type DecideBatchRequest struct {
 
 func (x *DecideBatchRequest) Reset() {
 	*x = DecideBatchRequest{}
-	mi := &file_allot_v1_limiter_proto_msgTypes[2]
+	mi := &file_allot_v1_limiter_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -248,7 +390,7 @@ func (x *DecideBatchRequest) String() string {
 func (*DecideBatchRequest) ProtoMessage() {}
 
 func (x *DecideBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_v1_limiter_proto_msgTypes[2]
+	mi := &file_allot_v1_limiter_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -261,7 +403,7 @@ func (x *DecideBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideBatchRequest.ProtoReflect.Descriptor instead.
 func (*DecideBatchRequest) Descriptor() ([]byte, []int) {
-	return file_allot_v1_limiter_proto_rawDescGZIP(), []int{2}
+	return file_allot_v1_limiter_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *DecideBatchRequest) GetRequests() []*DecideRequest {
@@ -288,7 +430,7 @@ type DecideBatchResponse struct {
 
 func (x *DecideBatchResponse) Reset() {
 	*x = DecideBatchResponse{}
-	mi := &file_allot_v1_limiter_proto_msgTypes[3]
+	mi := &file_allot_v1_limiter_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -300,7 +442,7 @@ func (x *DecideBatchResponse) String() string {
 func (*DecideBatchResponse) ProtoMessage() {}
 
 func (x *DecideBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_v1_limiter_proto_msgTypes[3]
+	mi := &file_allot_v1_limiter_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -313,7 +455,7 @@ func (x *DecideBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideBatchResponse.ProtoReflect.Descriptor instead.
 func (*DecideBatchResponse) Descriptor() ([]byte, []int) {
-	return file_allot_v1_limiter_proto_rawDescGZIP(), []int{3}
+	return file_allot_v1_limiter_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DecideBatchResponse) GetResponses() []*DecideResponse {
@@ -327,13 +469,22 @@ var File_allot_v1_limiter_proto protoreflect.FileDescriptor
 
 const file_allot_v1_limiter_proto_rawDesc = "" +
 	"\n" +
-	"\x16allot/v1/limiter.proto\x12\ballot.v1\"\xaf\x01\n" +
+	"\x16allot/v1/limiter.proto\x12\ballot.v1\"\xc9\x01\n" +
 	"\rDecideRequest\x12J\n" +
 	"\vdescriptors\x18\x01 \x03(\v2(.allot.v1.DecideRequest.DescriptorsEntryR\vdescriptors\x12\x12\n" +
-	"\x04cost\x18\x02 \x01(\x03R\x04cost\x1a>\n" +
+	"\x04cost\x18\x02 \x01(\x03R\x04cost\x12\x18\n" +
+	"\areserve\x18\x03 \x01(\bR\areserve\x1a>\n" +
 	"\x10DescriptorsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdc\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"=\n" +
+	"\rSettleRequest\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12\x16\n" +
+	"\x06actual\x18\x02 \x01(\x03R\x06actual\"z\n" +
+	"\x0eSettleResponse\x12\x1a\n" +
+	"\breserved\x18\x01 \x01(\x03R\breserved\x12\x16\n" +
+	"\x06actual\x18\x02 \x01(\x03R\x06actual\x12\x1a\n" +
+	"\brefunded\x18\x03 \x01(\x03R\brefunded\x12\x18\n" +
+	"\acharged\x18\x04 \x01(\x03R\acharged\"\xff\x02\n" +
 	"\x0eDecideResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x1c\n" +
 	"\tremaining\x18\x02 \x01(\x03R\tremaining\x12$\n" +
@@ -348,15 +499,17 @@ const file_allot_v1_limiter_proto_rawDesc = "" +
 	" \x01(\bR\x06closed\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\v \x01(\x05R\terrorCode\x12\x14\n" +
-	"\x05error\x18\f \x01(\tR\x05error\"k\n" +
+	"\x05error\x18\f \x01(\tR\x05error\x12!\n" +
+	"\fsettle_token\x18\r \x01(\tR\vsettleToken\"k\n" +
 	"\x12DecideBatchRequest\x123\n" +
 	"\brequests\x18\x01 \x03(\v2\x17.allot.v1.DecideRequestR\brequests\x12 \n" +
 	"\vindependent\x18\x02 \x01(\bR\vindependent\"M\n" +
 	"\x13DecideBatchResponse\x126\n" +
-	"\tresponses\x18\x01 \x03(\v2\x18.allot.v1.DecideResponseR\tresponses2\x92\x01\n" +
+	"\tresponses\x18\x01 \x03(\v2\x18.allot.v1.DecideResponseR\tresponses2\xcf\x01\n" +
 	"\aLimiter\x12;\n" +
 	"\x06Decide\x12\x17.allot.v1.DecideRequest\x1a\x18.allot.v1.DecideResponse\x12J\n" +
-	"\vDecideBatch\x12\x1c.allot.v1.DecideBatchRequest\x1a\x1d.allot.v1.DecideBatchResponseB3Z1github.com/allot-dev/allot/proto/allot/v1;allotv1b\x06proto3"
+	"\vDecideBatch\x12\x1c.allot.v1.DecideBatchRequest\x1a\x1d.allot.v1.DecideBatchResponse\x12;\n" +
+	"\x06Settle\x12\x17.allot.v1.SettleRequest\x1a\x18.allot.v1.SettleResponseB3Z1github.com/allot-dev/allot/proto/allot/v1;allotv1b\x06proto3"
 
 var (
 	file_allot_v1_limiter_proto_rawDescOnce sync.Once
@@ -370,24 +523,28 @@ func file_allot_v1_limiter_proto_rawDescGZIP() []byte {
 	return file_allot_v1_limiter_proto_rawDescData
 }
 
-var file_allot_v1_limiter_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_allot_v1_limiter_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_allot_v1_limiter_proto_goTypes = []any{
 	(*DecideRequest)(nil),       // 0: allot.v1.DecideRequest
-	(*DecideResponse)(nil),      // 1: allot.v1.DecideResponse
-	(*DecideBatchRequest)(nil),  // 2: allot.v1.DecideBatchRequest
-	(*DecideBatchResponse)(nil), // 3: allot.v1.DecideBatchResponse
-	nil,                         // 4: allot.v1.DecideRequest.DescriptorsEntry
+	(*SettleRequest)(nil),       // 1: allot.v1.SettleRequest
+	(*SettleResponse)(nil),      // 2: allot.v1.SettleResponse
+	(*DecideResponse)(nil),      // 3: allot.v1.DecideResponse
+	(*DecideBatchRequest)(nil),  // 4: allot.v1.DecideBatchRequest
+	(*DecideBatchResponse)(nil), // 5: allot.v1.DecideBatchResponse
+	nil,                         // 6: allot.v1.DecideRequest.DescriptorsEntry
 }
 var file_allot_v1_limiter_proto_depIdxs = []int32{
-	4, // 0: allot.v1.DecideRequest.descriptors:type_name -> allot.v1.DecideRequest.DescriptorsEntry
+	6, // 0: allot.v1.DecideRequest.descriptors:type_name -> allot.v1.DecideRequest.DescriptorsEntry
 	0, // 1: allot.v1.DecideBatchRequest.requests:type_name -> allot.v1.DecideRequest
-	1, // 2: allot.v1.DecideBatchResponse.responses:type_name -> allot.v1.DecideResponse
+	3, // 2: allot.v1.DecideBatchResponse.responses:type_name -> allot.v1.DecideResponse
 	0, // 3: allot.v1.Limiter.Decide:input_type -> allot.v1.DecideRequest
-	2, // 4: allot.v1.Limiter.DecideBatch:input_type -> allot.v1.DecideBatchRequest
-	1, // 5: allot.v1.Limiter.Decide:output_type -> allot.v1.DecideResponse
-	3, // 6: allot.v1.Limiter.DecideBatch:output_type -> allot.v1.DecideBatchResponse
-	5, // [5:7] is the sub-list for method output_type
-	3, // [3:5] is the sub-list for method input_type
+	4, // 4: allot.v1.Limiter.DecideBatch:input_type -> allot.v1.DecideBatchRequest
+	1, // 5: allot.v1.Limiter.Settle:input_type -> allot.v1.SettleRequest
+	3, // 6: allot.v1.Limiter.Decide:output_type -> allot.v1.DecideResponse
+	5, // 7: allot.v1.Limiter.DecideBatch:output_type -> allot.v1.DecideBatchResponse
+	2, // 8: allot.v1.Limiter.Settle:output_type -> allot.v1.SettleResponse
+	6, // [6:9] is the sub-list for method output_type
+	3, // [3:6] is the sub-list for method input_type
 	3, // [3:3] is the sub-list for extension type_name
 	3, // [3:3] is the sub-list for extension extendee
 	0, // [0:3] is the sub-list for field type_name
@@ -404,7 +561,7 @@ func file_allot_v1_limiter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_allot_v1_limiter_proto_rawDesc), len(file_allot_v1_limiter_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -21,6 +21,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Limiter_Decide_FullMethodName      = "/allot.v1.Limiter/Decide"
 	Limiter_DecideBatch_FullMethodName = "/allot.v1.Limiter/DecideBatch"
+	Limiter_Settle_FullMethodName      = "/allot.v1.Limiter/Settle"
 )
 
 // LimiterClient is the client API for Limiter service.
@@ -33,6 +34,12 @@ type LimiterClient interface {
 	Decide(ctx context.Context, in *DecideRequest, opts ...grpc.CallOption) (*DecideResponse, error)
 	// DecideBatch decides several independent requests in one call.
 	DecideBatch(ctx context.Context, in *DecideBatchRequest, opts ...grpc.CallOption) (*DecideBatchResponse, error)
+	// Settle settles a reserved decision (DecideRequest.reserve) with its
+	// actual cost: unused units go back to every limit it charged (never
+	// beyond full), units over its cost are owed as debt. A token settles
+	// once; NOT_FOUND for an unknown, expired or settled token,
+	// INVALID_ARGUMENT for a negative actual, with nothing changed.
+	Settle(ctx context.Context, in *SettleRequest, opts ...grpc.CallOption) (*SettleResponse, error)
 }
 
 type limiterClient struct {
@@ -63,6 +70,16 @@ func (c *limiterClient) DecideBatch(ctx context.Context, in *DecideBatchRequest,
 	return out, nil
 }
 
+func (c *limiterClient) Settle(ctx context.Context, in *SettleRequest, opts ...grpc.CallOption) (*SettleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SettleResponse)
+	err := c.cc.Invoke(ctx, Limiter_Settle_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LimiterServer is the server API for Limiter service.
 // All implementations must embed UnimplementedLimiterServer
 // for forward compatibility.
@@ -73,6 +90,12 @@ type LimiterServer interface {
 	Decide(context.Context, *DecideRequest) (*DecideResponse, error)
 	// DecideBatch decides several independent requests in one call.
 	DecideBatch(context.Context, *DecideBatchRequest) (*DecideBatchResponse, error)
+	// Settle settles a reserved decision (DecideRequest.reserve) with its
+	// actual cost: unused units go back to every limit it charged (never
+	// beyond full), units over its cost are owed as debt. A token settles
+	// once; NOT_FOUND for an unknown, expired or settled token,
+	// INVALID_ARGUMENT for a negative actual, with nothing changed.
+	Settle(context.Context, *SettleRequest) (*SettleResponse, error)
 	mustEmbedUnimplementedLimiterServer()
 }
 
@@ -88,6 +111,9 @@ func (UnimplementedLimiterServer) Decide(context.Context, *DecideRequest) (*Deci
 }
 func (UnimplementedLimiterServer) DecideBatch(context.Context, *DecideBatchRequest) (*DecideBatchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DecideBatch not implemented")
+}
+func (UnimplementedLimiterServer) Settle(context.Context, *SettleRequest) (*SettleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Settle not implemented")
 }
 func (UnimplementedLimiterServer) mustEmbedUnimplementedLimiterServer() {}
 func (UnimplementedLimiterServer) testEmbeddedByValue()                 {}
@@ -146,6 +172,24 @@ func _Limiter_DecideBatch_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Limiter_Settle_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SettleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimiterServer).Settle(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limiter_Settle_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimiterServer).Settle(ctx, req.(*SettleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Limiter_ServiceDesc is the grpc.ServiceDesc for Limiter service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -160,6 +204,10 @@ var Limiter_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DecideBatch",
 			Handler:    _Limiter_DecideBatch_Handler,
+		},
+		{
+			MethodName: "Settle",
+			Handler:    _Limiter_Settle_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

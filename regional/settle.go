@@ -1,0 +1,153 @@
+package regional
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/allot-dev/allot/gcra"
+	"github.com/allot-dev/allot/gcra/keys"
+)
+
+// ErrSettleGone: the settle token names no reservation: it never did, it
+// expired (Config.SettleTTL), or it was settled already. Nothing changed.
+var ErrSettleGone = errors.New("settle token: unknown, expired or already settled; nothing changed")
+
+// Settled is what a settle did, in units of the reservation's cost:
+// Refunded are given back to every limit the decision charged, Charged are
+// owed by each as debt.
+type Settled struct {
+	Reserved, Actual, Refunded, Charged int64
+}
+
+// Reserve decides a request like Decide, with cost an estimate (say a
+// completion's max_tokens), and when the region's store allowed it keeps
+// what it charged for SettleTTL: the answer's SettleToken then settles it
+// with the actual cost (Settle). No token comes with a denial, a decision
+// made without the store (fallback), or a request whose enforced limits are
+// all leased: their charges stand as they are.
+func (s *Service) Reserve(ctx context.Context, d map[string]string, cost int64) (Decision, error) {
+	if err := checkRequest(d, cost); err != nil {
+		return Decision{}, err
+	}
+	tenant := d["tenant"]
+	te := s.view.tenant(tenant)
+	if te == nil {
+		return Decision{}, ErrNotReady
+	}
+	var p plan
+	if err := s.plan(&p, te, d, cost); err != nil {
+		return Decision{}, err
+	}
+	dec, lc := s.decide(ctx, &p)
+	s.record(tenant, &p, cost, dec, lc)
+	if dec.Allowed && !dec.Fallback && !p.denying && p.enforced.n > 0 && s.settler != nil {
+		dec.SettleToken = s.keep(ctx, tenant, &p)
+	}
+	return dec, nil
+}
+
+// keep records p's enforced charges as a reservation and returns its token
+// ("" when the store could not keep it: the decision stands unsettleable,
+// counted in allot_settles_total{result="unkept"}).
+func (s *Service) keep(ctx context.Context, tenant string, p *plan) string {
+	var raw [16]byte
+	_, _ = rand.Read(raw[:])
+	id := base64.RawURLEncoding.EncodeToString(raw[:])
+	if p.budget {
+		id += "b" // the settle adjusts the tenant's reported usage
+	}
+	key, err := keys.SettleKey(tenant, id)
+	if err != nil {
+		return ""
+	}
+	reqs := make([]gcra.Request, p.enforced.n)
+	for i := range reqs {
+		reqs[i] = p.enforced.at(i).req
+	}
+	sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+	defer cancel()
+	if err := s.settler.Reserve(sctx, gcra.Reservation{Key: key, Reqs: reqs}, s.cfg.SettleTTL); err != nil {
+		s.m.settles.WithLabelValues("unkept").Inc()
+		s.log.Debug("reservation not kept: the decision cannot be settled", "err", err)
+		return ""
+	}
+	return settleTokenPrefix + base64.RawURLEncoding.EncodeToString([]byte(tenant)) + "." + id
+}
+
+// settleTokenPrefix opens every settle token (its format's version).
+const settleTokenPrefix = "s1."
+
+// parseSettleToken returns the tenant and reservation id of a token.
+func parseSettleToken(tok string) (tenant, id string, err error) {
+	rest, ok := strings.CutPrefix(tok, settleTokenPrefix)
+	enc, id, ok2 := strings.Cut(rest, ".")
+	if !ok || !ok2 || id == "" {
+		return "", "", badRequest("token: not a settle token (want the settle_token of a reserved decision)")
+	}
+	t, err := base64.RawURLEncoding.DecodeString(enc)
+	if err != nil || len(t) == 0 {
+		return "", "", badRequest("token: not a settle token (want the settle_token of a reserved decision)")
+	}
+	return string(t), id, nil
+}
+
+// Settle settles the reservation behind token with the actual cost: units
+// the decision charged but did not use are given back to each limit it
+// charged (never beyond full), units beyond its cost are owed by each as
+// debt (later requests wait until it is paid). A token settles once;
+// another settle of it, of an unknown token or of an expired one is
+// ErrSettleGone, and a negative actual ErrBadRequest, with nothing changed.
+// Settled units count in the tenant's reported usage.
+func (s *Service) Settle(ctx context.Context, token string, actual int64) (Settled, error) {
+	if actual < 0 {
+		return Settled{}, badRequest("actual: %d: want a whole number of units ≥ 0", actual)
+	}
+	tenant, id, err := parseSettleToken(token)
+	if err != nil {
+		return Settled{}, err
+	}
+	if s.settler == nil {
+		return Settled{}, fmt.Errorf("%w (this pod's store keeps no reservations)", ErrSettleGone)
+	}
+	key, err := keys.SettleKey(tenant, id)
+	if err != nil {
+		return Settled{}, badRequest("token: not a settle token (want the settle_token of a reserved decision)")
+	}
+	sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+	defer cancel()
+	got, err := s.settler.Settle(sctx, key, actual)
+	switch {
+	case errors.Is(err, gcra.ErrNoReservation):
+		s.m.settles.WithLabelValues("gone").Inc()
+		return Settled{}, ErrSettleGone
+	case errors.Is(err, gcra.ErrActual):
+		s.m.settles.WithLabelValues("bad").Inc()
+		return Settled{}, badRequest("actual: %d: %v", actual, err)
+	case err != nil:
+		s.m.settles.WithLabelValues("failed").Inc()
+		return Settled{}, fmt.Errorf("settle: %w", err)
+	}
+	out := Settled{Reserved: got.Reserved, Actual: got.Actual}
+	switch {
+	case got.Actual < got.Reserved:
+		out.Refunded = got.Reserved - got.Actual
+		s.m.settles.WithLabelValues("refunded").Inc()
+	case got.Actual > got.Reserved:
+		out.Charged = got.Actual - got.Reserved
+		s.m.settles.WithLabelValues("charged").Inc()
+	default:
+		s.m.settles.WithLabelValues("exact").Inc()
+	}
+	if strings.HasSuffix(id, "b") && got.Actual != got.Reserved {
+		if te := s.view.tenant(tenant); te != nil {
+			if c := s.countsOf(te.shard); c != nil {
+				c.adjust(tenant, got.Actual-got.Reserved)
+			}
+		}
+	}
+	return out, nil
+}
