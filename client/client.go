@@ -458,3 +458,41 @@ func classify(ctx context.Context, err error) error {
 	}
 	return &callError{kind: kind, st: st, ctx: ctx.Err()}
 }
+
+// Meter returns a Metered for a response whose cost is learnt as it is
+// produced (a streamed completion): Add counts units as they are known,
+// Finish settles the decision with their total, once. On a decision
+// without a settle token Finish returns ErrNotReserved.
+func (d Decision) Meter() *Metered { return &Metered{d: d} }
+
+// Metered is a reserved decision being measured (Decision.Meter). Add and
+// Finish are safe for concurrent use.
+type Metered struct {
+	d    Decision
+	mu   sync.Mutex
+	n    int64
+	done bool
+}
+
+// Add counts units (≥ 0) of the response's actual cost.
+func (m *Metered) Add(units int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if units > 0 && !m.done {
+		m.n += units
+	}
+}
+
+// Finish settles the decision with the units counted so far. Later calls
+// settle nothing and return ErrSettleGone.
+func (m *Metered) Finish(ctx context.Context) (Settled, error) {
+	m.mu.Lock()
+	if m.done {
+		m.mu.Unlock()
+		return Settled{}, ErrSettleGone
+	}
+	m.done = true
+	n := m.n
+	m.mu.Unlock()
+	return m.d.Settle(ctx, n)
+}
