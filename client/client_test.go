@@ -305,3 +305,15 @@ func TestUnavailable(t *testing.T) {
 		})
 	}
 }
+
+// A meter settles once, with what was added; without a token it says so.
+func TestMeterWithoutToken(t *testing.T) {
+	m := client.Decision{Allowed: true}.Meter()
+	m.Add(5)
+	if _, err := m.Finish(context.Background()); !errors.Is(err, client.ErrNotReserved) {
+		t.Fatalf("Finish without a token: %v, want ErrNotReserved", err)
+	}
+	if _, err := m.Finish(context.Background()); !errors.Is(err, client.ErrSettleGone) {
+		t.Fatalf("a second Finish: %v, want ErrSettleGone", err)
+	}
+}
