@@ -16,6 +16,9 @@ var luaAll string
 //go:embed gcra_settle.lua
 var luaSettle string
 
+//go:embed gcra_charge.lua
+var luaCharge string
+
 // SingleScript returns the Lua source of the single-key script. It keeps the
 // seed's calling convention: KEYS[1] is the key, ARGV is T (µs), B and cost;
 // it returns {allowed, retry_after_us, remaining, reset_after_us}. Time comes
@@ -37,3 +40,9 @@ func CompositeScript() string { return luaLib + luaAll }
 // nothing. Time comes from Redis TIME. All keys must share a Redis Cluster
 // slot.
 func SettleScript() string { return luaLib + luaSettle }
+
+// ChargeScript returns the Lua source of the charge script: KEYS[1..N] and
+// N triples (T µs, B, cost) in ARGV, each key charged as ChargeMicros does
+// (never denied). It returns 1. Time comes from Redis TIME. All keys must
+// share a Redis Cluster slot.
+func ChargeScript() string { return luaLib + luaCharge }

@@ -23,7 +23,7 @@ import (
 //   - actual == reserved: nothing changes.
 //
 // It returns the key's new state and whether it must be written. It does
-// not validate: l valid, 1 ≤ reserved ≤ l.Burst, actual ≥ 0 and (actual −
+// not validate: l valid, 0 ≤ reserved ≤ l.Burst, actual ≥ 0 and (actual −
 // reserved)·l.T ≤ MaxWindow (CheckActual). The settle script is its exact
 // twin.
 func SettleMicros(s State, now int64, l Limit, reserved, actual int64) (State, bool) {
@@ -101,4 +101,49 @@ type Settler interface {
 	// settle of one reservation gets ErrNoReservation and changes
 	// nothing.
 	Settle(ctx context.Context, key string, actual int64) (Settled, error)
+}
+
+// ChargeMicros charges cost units to a key for a cost already spent (a
+// response's real cost, reported after it): SettleMicros of a reservation
+// of nothing, so past the burst if need be, never denied. The charge
+// script is its twin.
+func ChargeMicros(s State, now int64, l Limit, cost int64) (State, bool) {
+	return SettleMicros(s, now, l, 0, cost)
+}
+
+// Charger is a Store that can charge a cost already spent to keys (see
+// ChargeMicros), all in one step.
+type Charger interface {
+	Store
+	Charge(ctx context.Context, reqs []Request) error
+}
+
+// ValidateCharges checks a charge before any store sees it: at least one
+// request, no empty or repeated key, every limit valid, every cost ≥ 1 and
+// its debt within a key's window (a cost may exceed the burst).
+func ValidateCharges(reqs []Request) error {
+	if len(reqs) == 0 {
+		return ErrNoRequests
+	}
+	for i := range reqs {
+		r := &reqs[i]
+		switch {
+		case r.Key == "":
+			return &ItemError{Index: i, Err: ErrKey}
+		case r.Cost < 1:
+			return &ItemError{Index: i, Err: fmt.Errorf("%w: a charge of %d", ErrActual, r.Cost)}
+		}
+		if err := r.Limit.Validate(); err != nil {
+			return &ItemError{Index: i, Err: err}
+		}
+		if err := r.Limit.CheckActual(0, r.Cost); err != nil {
+			return &ItemError{Index: i, Err: err}
+		}
+		for j := 0; j < i; j++ {
+			if reqs[j].Key == r.Key {
+				return &ItemError{Index: i, Err: fmt.Errorf("%w: %q", ErrDuplicateKey, r.Key)}
+			}
+		}
+	}
+	return nil
 }

@@ -56,12 +56,24 @@ type Document struct {
 	// (their requests are denied): deny stops callers who can set the
 	// tenant descriptor from minting tenants.
 	UnknownTenants string `yaml:"unknown_tenants,omitempty" json:"unknown_tenants,omitempty"`
+	// Charges marks requests that report a cost already spent rather than
+	// ask for one (Envoy's apply_on_stream_done with the response's real
+	// cost as hits_addend): a request whose descriptors hold this entry is
+	// charged to every limit it matches (without the entry), past the
+	// burst if need be, and never denied. Unset: no request is a charge.
+	Charges *ChargeEntry `yaml:"charges,omitempty" json:"charges,omitempty"`
 	// Limits are checked on every request whose descriptors they match.
 	Limits []Limit `yaml:"limits" json:"limits"`
 	// Tiers hold default budgets and per-limit overrides.
 	Tiers map[string]Tier `yaml:"tiers" json:"tiers"`
 	// Tenants hold per-tenant overrides.
 	Tenants map[string]Tenant `yaml:"tenants,omitempty" json:"tenants,omitempty"`
+}
+
+// ChargeEntry is the descriptor entry that marks a charge (Document.Charges).
+type ChargeEntry struct {
+	Key   string `yaml:"key" json:"key"`
+	Value string `yaml:"value" json:"value"`
 }
 
 // Limit is one rate limit.

@@ -277,3 +277,35 @@ func mustRead(t *testing.T, path string) []byte {
 	}
 	return b
 }
+
+// A charges entry names a key no limit keys on, and not the tenant.
+func TestChargesEntry(t *testing.T) {
+	base := `version: 1
+regions: [us-east]
+default_tier: free
+%s
+limits:
+  - name: tokens
+    descriptors: [tenant, model]
+    rate: 100/h
+    burst: 100
+tiers:
+  free:
+    budget: {rate: 5/s, burst: 3}
+`
+	for _, c := range []struct{ charges, err string }{
+		{"charges: {key: allot_charge, value: done}", ""},
+		{"charges: {key: allot_charge}", "charges: want both key and value"},
+		{"charges: {key: tenant, value: x}", "charges.key: tenant names the tenant"},
+		{"charges: {key: model, value: x}", `charges.key: "model" is a descriptor of limits[0]`},
+		{"charges: {key: Bad!, value: x}", "charges.key"},
+	} {
+		_, err := Parse([]byte(strings.Replace(base, "%s", c.charges, 1)))
+		switch {
+		case c.err == "" && err != nil:
+			t.Errorf("%s: %v", c.charges, err)
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("%s: %v, want an error with %q", c.charges, err, c.err)
+		}
+	}
+}

@@ -45,6 +45,23 @@ func (d *Document) validate(lines map[string]int) error {
 			d.UnknownTenants, UnknownAllow, UnknownDeny)
 	}
 	limits := d.validateLimits(c)
+	if ch := d.Charges; ch != nil {
+		switch {
+		case ch.Key == "" || ch.Value == "":
+			c.addf("charges", "want both key and value: the descriptor entry that marks a charge, e.g. {key: allot_charge, value: done}")
+		case !descriptorRE.MatchString(ch.Key):
+			c.addf("charges.key", "%q: want lowercase letters, digits, '_' or '-', starting with a letter", ch.Key)
+		case ch.Key == "tenant":
+			c.addf("charges.key", "tenant names the tenant: choose another key, e.g. allot_charge")
+		default:
+			for i, l := range d.Limits {
+				if slices.Contains(l.Descriptors, ch.Key) {
+					c.addf("charges.key", "%q is a descriptor of limits[%d] (%s): the marker is taken off a charge before its limits match, so no limit may key on it", ch.Key, i, l.Name)
+					break
+				}
+			}
+		}
+	}
 	if len(d.Tiers) == 0 {
 		c.addf("tiers", "missing: want at least one tier with a budget")
 	}

@@ -154,7 +154,21 @@ func (a rlsAPI) ShouldRateLimit(ctx context.Context, r *rlsv3.RateLimitRequest) 
 	}
 	var one [1]Result
 	results := one[:]
-	if len(descs) == 1 {
+	if ck, cv, ok := a.s.view.chargeEntry(); ok && hasEntry(descs, ck, cv) {
+		// Charges (a cost already spent, say at the end of a stream) and
+		// any other descriptors of the call, one by one.
+		results = make([]Result, len(descs))
+		for i, desc := range descs {
+			d := make(map[string]string, len(desc.GetEntries()))
+			c := rlsRequest(d, desc, cost)
+			if d[ck] == cv {
+				delete(d, ck)
+				results[i].Decision, results[i].Err = a.s.Charge(ctx, d, c)
+			} else {
+				results[i].Decision, results[i].Err = a.s.Decide(ctx, d, c)
+			}
+		}
+	} else if len(descs) == 1 {
 		d := make(map[string]string, len(descs[0].GetEntries())) // on the stack: Decide keeps no reference
 		c := rlsRequest(d, descs[0], cost)
 		one[0].Decision, one[0].Err = a.s.Decide(ctx, d, c)
@@ -208,6 +222,18 @@ func (a rlsAPI) ShouldRateLimit(ctx context.Context, r *rlsv3.RateLimitRequest) 
 	}
 	resp.ResponseHeadersToAdd = rlsHeaders(&results[worst].Decision)
 	return resp, nil
+}
+
+// hasEntry reports whether a descriptor holds the entry key=value.
+func hasEntry(descs []*ratelimitv3.RateLimitDescriptor, key, value string) bool {
+	for _, d := range descs {
+		for _, e := range d.GetEntries() {
+			if e.GetKey() == key && e.GetValue() == value {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // rlsRequest reads an RLS descriptor as an allot request: its entries into

@@ -21,6 +21,7 @@ type metrics struct {
 	reports       *prometheus.CounterVec
 	earlyReports  *prometheus.CounterVec
 	settles       *prometheus.CounterVec
+	charges       *prometheus.CounterVec
 	pushes        *prometheus.CounterVec
 	dropped       prometheus.CounterFunc
 	policyVersion prometheus.GaugeFunc
@@ -86,6 +87,9 @@ func newMetrics(reg prometheus.Registerer, region string, s *Service) (*metrics,
 		settles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "allot_settles_total", Help: "Settles of reserved decisions, by result (refunded, charged, exact; gone: unknown, expired or settled already; bad: an actual cost no key can owe; failed: the store failed; unkept: a reserved decision whose reservation the store could not keep).", ConstLabels: cl,
 		}, []string{"result"}),
+		charges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_charges_total", Help: "Charges of costs already spent (the policy's charges entry, e.g. Envoy's apply_on_stream_done), by result (charged; none: no limit to charge; failed: the store failed and the cost went uncharged).", ConstLabels: cl,
+		}, []string{"result"}),
 		earlyReports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "allot_early_reports_total", Help: "Reports sent out of period, by reason (step: a tenant's offered rate stepped; ack: a shrink was applied, which a grow elsewhere may wait for).", ConstLabels: cl,
 		}, []string{"reason"}),
@@ -131,7 +135,7 @@ func newMetrics(reg prometheus.Registerer, region string, s *Service) (*metrics,
 	if m.fallback, err = register(reg, m.fallback); err != nil {
 		return nil, err
 	}
-	for _, c := range []prometheus.Collector{m.storeDuration, m.storeErrors, m.grantAge, m.leaseValid, m.leaseLeft, m.reports, m.earlyReports, m.settles, m.pushes, m.dropped, m.policyVersion, m.livePods, m.shards, newLeaseUnits(m)} {
+	for _, c := range []prometheus.Collector{m.storeDuration, m.storeErrors, m.grantAge, m.leaseValid, m.leaseLeft, m.reports, m.earlyReports, m.settles, m.charges, m.pushes, m.dropped, m.policyVersion, m.livePods, m.shards, newLeaseUnits(m)} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

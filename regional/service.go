@@ -36,6 +36,7 @@ type Service struct {
 	counts  atomic.Pointer[[]*counters]
 	breaker *gobreaker.CircuitBreaker[[]gcra.Answer]
 	settler gcra.Settler    // the region's store, when it keeps reservations
+	charger gcra.Charger    // and when it takes charges
 	local   *memstore.Store // the fallback limiter
 
 	// leases serves every leased limit, each with its policy's lease size
@@ -73,6 +74,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.Now = time.Now
 	}
 	settler, _ := cfg.Store.(gcra.Settler)
+	charger, _ := cfg.Store.(gcra.Charger)
 	if bs, ok := cfg.Store.(gcra.BatchStore); ok && cfg.Coalesce {
 		ps, err := pipeline.New(bs, pipeline.DefaultConfig())
 		if err != nil {
@@ -97,6 +99,7 @@ func New(cfg Config) (*Service, error) {
 		local:      local,
 		failLogged: map[string]time.Time{},
 		settler:    settler,
+		charger:    charger,
 	}
 	s.breaker = gobreaker.NewCircuitBreaker[[]gcra.Answer](gobreaker.Settings{
 		Name:         "store-" + cfg.Region,

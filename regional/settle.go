@@ -151,3 +151,62 @@ func (s *Service) Settle(ctx context.Context, token string, actual int64) (Settl
 	}
 	return out, nil
 }
+
+// Charge charges cost units already spent (a response's real cost, known
+// after it) to every limit the request's descriptors match: past the burst
+// if need be, never denied; later requests wait until the debt is paid.
+// The answer is always allowed. A budget limit this region holds no usable
+// share of, a shadow limit, and a decision without the store (it failed)
+// are not charged; the cost counts in the tenant's reported usage all the
+// same. Policies mark the requests that are charges (policy.Document
+// Charges): the Envoy RLS server sends those here.
+func (s *Service) Charge(ctx context.Context, d map[string]string, cost int64) (Decision, error) {
+	if err := checkRequest(d, 1); err != nil {
+		return Decision{}, err
+	}
+	if cost < 1 {
+		return Decision{}, badRequest("cost: %d: want a whole number of units ≥ 1", cost)
+	}
+	tenant := d["tenant"]
+	te := s.view.tenant(tenant)
+	if te == nil {
+		return Decision{}, ErrNotReady
+	}
+	var p plan
+	if err := s.plan(&p, te, d, 1); err != nil { // (the keys and limits; the cost may exceed a burst)
+		return Decision{}, err
+	}
+	if p.budget {
+		if c := s.countsOf(p.shard); c != nil {
+			c.add(tenant, cost, true)
+		}
+	}
+	var reqs []gcra.Request
+	for _, l := range []*items{&p.enforced, &p.leased} {
+		for i := range l.n {
+			r := l.at(i).req
+			r.Cost = cost
+			reqs = append(reqs, r)
+		}
+	}
+	if len(reqs) == 0 {
+		s.m.charges.WithLabelValues("none").Inc()
+		return Decision{Allowed: true}, nil
+	}
+	if err := gcra.ValidateCharges(reqs); err != nil {
+		return Decision{}, badRequest("cost: %d: %v", cost, err)
+	}
+	if s.charger == nil {
+		s.m.charges.WithLabelValues("failed").Inc()
+		return Decision{Allowed: true, Fallback: true}, nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+	defer cancel()
+	if err := s.charger.Charge(sctx, reqs); err != nil {
+		s.m.charges.WithLabelValues("failed").Inc()
+		s.log.Debug("charge failed: the cost is not charged", "tenant", tenant, "err", err)
+		return Decision{Allowed: true, Fallback: true}, nil
+	}
+	s.m.charges.WithLabelValues("charged").Inc()
+	return Decision{Allowed: true}, nil
+}

@@ -11,7 +11,12 @@ import (
 	"testing"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/allot-dev/allot/client"
 	"github.com/allot-dev/allot/gcra/redisstore"
@@ -182,5 +187,72 @@ func TestSettleAdjustsCounts(t *testing.T) {
 	c.adjust("t1", -40) // a settle of a reservation counted in an earlier report
 	if got := c.drain(false); got["t1"].Offered != 0 || got["t1"].Admitted != 0 {
 		t.Fatalf("a refund beyond the interval's counts: %+v, want 0", got)
+	}
+}
+
+const chargePolicy = `version: 1
+regions: [us-east, eu-west]
+default_tier: free
+charges: {key: allot_charge, value: done}
+limits:
+  - name: tokens
+    descriptors: [tenant, model]
+    rate: 100/h
+    burst: 100
+tiers:
+  free:
+    budget: {rate: 5/s, burst: 3}
+`
+
+// Envoy's call at the end of a stream (apply_on_stream_done, the real cost
+// as hits_addend), marked by the policy's charges entry: charged past the
+// burst, never denied; the next ordinary call waits for the debt. A call
+// without the entry is decided as always.
+func TestRLSCharges(t *testing.T) {
+	rs := redistest.Start(t)
+	rc := redis.NewClient(redistest.ClientOptions(rs.Addr))
+	t.Cleanup(func() { _ = rc.Close() })
+	store, err := redisstore.New(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startPod(t, store, nil)
+	p.applyPolicy(t, chargePolicy, "t1", limits(1))
+	rls := rlsv3.NewRateLimitServiceClient(p.conn)
+	ctx := context.Background()
+	call := func(hits uint64, kv ...string) *rlsv3.RateLimitResponse {
+		t.Helper()
+		resp, err := rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{HitsAddend: uint32(hits), Descriptors: []*ratelimitv3.RateLimitDescriptor{rlsDesc(0, kv...)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	// The request: 10 units, allowed.
+	if r := call(10, "tenant", "t1", "model", "m"); r.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("the request: %v", r)
+	}
+	// Its stream ends having cost 140 more: charged, OK, though over the
+	// burst.
+	if r := call(140, "tenant", "t1", "model", "m", "allot_charge", "done"); r.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("the charge: %v, want OK (charges are never denied)", r)
+	}
+	if n := testutil.ToFloat64(p.s.m.charges.WithLabelValues("charged")); n != 1 {
+		t.Fatalf("allot_charges_total{result=charged} = %v, want 1", n)
+	}
+	// 150 spent of a burst of 100: the next unit waits 51·T.
+	r := call(1, "tenant", "t1", "model", "m")
+	const T = 36 * time.Second
+	wait := r.GetStatuses()[0].GetDurationUntilReset().AsDuration()
+	if r.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT || wait > 51*T || wait < 51*T-2*time.Second {
+		t.Fatalf("after the charge: %v (wait %v), want OVER_LIMIT for about %v", r.GetOverallCode(), wait, 51*T)
+	}
+	// Another model's key is untouched; a charge of another value of the
+	// entry is an ordinary call (denied here: 120 > burst is refused).
+	if r := call(1, "tenant", "t1", "model", "other"); r.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("another model: %v", r)
+	}
+	if _, err := rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{HitsAddend: 120, Descriptors: []*ratelimitv3.RateLimitDescriptor{rlsDesc(0, "tenant", "t1", "model", "x", "allot_charge", "no")}}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("an unmarked call above the burst: %v, want InvalidArgument", err)
 	}
 }

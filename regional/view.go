@@ -51,7 +51,8 @@ type view struct {
 	// gen counts changes of the policy or budgets; tenant entries of an
 	// older generation are recomputed.
 	gen     atomic.Uint64
-	tenants sync.Map // tenant → *tenantEntry
+	charge  atomic.Pointer[policy.ChargeEntry] // the policy's, nil when none
+	tenants sync.Map                           // tenant → *tenantEntry
 	cached  atomic.Int64
 }
 
@@ -201,6 +202,16 @@ func (v *view) tenant(id string) *tenantEntry {
 		}
 	}
 	return te
+}
+
+// chargeEntry returns the policy's descriptor entry that marks a charge
+// (policy.Document.Charges), ok false when it has none.
+func (v *view) chargeEntry() (key, value string, ok bool) {
+	c := v.charge.Load() // (no lock: every RLS call asks)
+	if c == nil {
+		return "", "", false
+	}
+	return c.Key, c.Value, true
 }
 
 // effective returns the rate and burst the pod enforces now for te's
@@ -411,6 +422,7 @@ func (m policyMirror) Put(kv *mvccpb.KeyValue) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.doc, v.policyVersion, v.policyLoaded = doc, pv.Version, true
+	v.charge.Store(doc.Charges)
 	v.lowerFloorsLocked()
 	v.gen.Add(1)
 }

@@ -63,7 +63,13 @@ func startGateway(t *testing.T, upstream http.Handler) string {
 	return gw.URL
 }
 
-func complete(t *testing.T, base, tenant string, maxTokens int, stream bool) (*http.Response, string) {
+// reply is a gateway's answer, its body read and closed.
+type reply struct {
+	StatusCode int
+	Header     http.Header
+}
+
+func complete(t *testing.T, base, tenant string, maxTokens int, stream bool) (reply, string) {
 	t.Helper()
 	body := fmt.Sprintf(`{"model":"m","max_tokens":%d,"stream":%v,"messages":[{"role":"user","content":"hello there"}]}`, maxTokens, stream)
 	req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
@@ -74,7 +80,7 @@ func complete(t *testing.T, base, tenant string, maxTokens int, stream bool) (*h
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp, string(b)
+	return reply{StatusCode: resp.StatusCode, Header: resp.Header}, string(b)
 }
 
 // A tenant is charged the tokens it used, not the tokens it might have:

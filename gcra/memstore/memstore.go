@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -81,6 +82,7 @@ type reserved struct {
 var (
 	_ gcra.BatchStore = (*Store)(nil)
 	_ gcra.Settler    = (*Store)(nil)
+	_ gcra.Charger    = (*Store)(nil)
 )
 
 // New returns an empty Store. It copies cfg.
@@ -171,19 +173,8 @@ func (s *Store) Decide(ctx context.Context, reqs []gcra.Request) (gcra.Decision,
 }
 
 func (s *Store) decideAll(reqs []gcra.Request, now int64) gcra.Decision {
-	idx := make([]int, len(reqs))
-	for i := range reqs {
-		idx[i] = s.shardOf(reqs[i].Key)
-	}
-	order := append([]int(nil), idx...)
-	sort.Ints(order)
-	last := -1
-	for _, i := range order {
-		if i != last {
-			s.shards[i].mu.Lock()
-			last = i
-		}
-	}
+	idx, locked := s.lockShards(reqs)
+	defer s.unlockShards(locked)
 	items := make([]gcra.Item, len(reqs))
 	var fresh []bool
 	for i := range reqs {
@@ -203,13 +194,6 @@ func (s *Store) decideAll(reqs []gcra.Request, now int64) gcra.Decision {
 			s.put(&s.shards[idx[i]], reqs[i].Key, out.States[i], now)
 		case fresh != nil && fresh[i]:
 			s.put(&s.shards[idx[i]], reqs[i].Key, items[i].State, now)
-		}
-	}
-	last = -1
-	for _, i := range order {
-		if i != last {
-			s.shards[i].mu.Unlock()
-			last = i
 		}
 	}
 	return gcra.Decision{Result: out.Result, Limiting: out.Limiting}
@@ -333,31 +317,57 @@ func (s *Store) Settle(ctx context.Context, key string, actual int64) (gcra.Sett
 		}
 	}
 	delete(s.res, key)
-	idx := make([]int, len(r.reqs))
-	for i := range r.reqs {
-		idx[i] = s.shardOf(r.reqs[i].Key)
-	}
-	order := append([]int(nil), idx...)
-	sort.Ints(order)
-	last := -1
-	for _, i := range order {
-		if i != last {
-			s.shards[i].mu.Lock()
-			last = i
-		}
-	}
+	idx, locked := s.lockShards(r.reqs)
+	defer s.unlockShards(locked)
 	for i, q := range r.reqs {
 		sh := &s.shards[idx[i]]
 		if ns, write := gcra.SettleMicros(sh.get(q.Key, now), now, q.Limit, q.Cost, actual); write {
 			s.put(sh, q.Key, ns, now)
 		}
 	}
-	last = -1
-	for _, i := range order {
-		if i != last {
-			s.shards[i].mu.Unlock()
-			last = i
+	return gcra.Settled{Reserved: r.reqs[0].Cost, Actual: actual}, nil
+}
+
+// Charge charges each request's cost to its key, all at one instant (see
+// gcra.ChargeMicros): never denied.
+func (s *Store) Charge(ctx context.Context, reqs []gcra.Request) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := gcra.ValidateCharges(reqs); err != nil {
+		return err
+	}
+	now := s.clock().UnixMicro()
+	idx, locked := s.lockShards(reqs)
+	defer s.unlockShards(locked)
+	for i, q := range reqs {
+		sh := &s.shards[idx[i]]
+		if ns, write := gcra.ChargeMicros(sh.get(q.Key, now), now, q.Limit, q.Cost); write {
+			s.put(sh, q.Key, ns, now)
 		}
 	}
-	return gcra.Settled{Reserved: r.reqs[0].Cost, Actual: actual}, nil
+	return nil
+}
+
+// lockShards locks the shards of reqs' keys, each once, in index order, and
+// returns each request's shard and the shards locked (for unlockShards).
+func (s *Store) lockShards(reqs []gcra.Request) (idx, locked []int) {
+	idx = make([]int, len(reqs))
+	for i := range reqs {
+		idx[i] = s.shardOf(reqs[i].Key)
+	}
+	order := append([]int(nil), idx...)
+	sort.Ints(order)
+	order = slices.Compact(order)
+	for _, i := range order {
+		s.shards[i].mu.Lock()
+	}
+	return idx, order
+}
+
+// unlockShards unlocks what lockShards locked.
+func (s *Store) unlockShards(locked []int) {
+	for _, i := range locked {
+		s.shards[i].mu.Unlock()
+	}
 }

@@ -258,3 +258,84 @@ func TestReserveSettle(t *testing.T) {
 		t.Fatalf("expired reservation: %v, want ErrNoReservation", err)
 	}
 }
+
+// The charge script is ChargeMicros on every key, on real Redis at pinned
+// instants, costs above the burst included.
+func TestChargeLuaMatchesTwin(t *testing.T) {
+	_, c, _ := startLab(t)
+	script := redis.NewScript(pinned(t, gcra.ChargeScript()))
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(7, 8))
+	for seq := 0; seq < 300; seq++ {
+		n := 1 + r.IntN(3)
+		now := int64(1_700_000_000_000_000) + r.Int64N(1e12)
+		ks := make([]string, n)
+		reqs := make([]gcra.Request, n)
+		states := make([]gcra.State, n)
+		presets := make([]value, n)
+		args := []any{}
+		for i := range n {
+			ks[i] = "allot:v1:{t}:c" + string(rune('a'+i))
+			l := randLimit(r)
+			cost := 1 + r.Int64N(3*l.Burst)
+			reqs[i] = gcra.Request{Key: ks[i], Limit: l, Cost: cost}
+			states[i], _ = randState(r, now, l)
+			presets[i] = encodeState(states[i], false)
+			args = append(args, l.T, l.Burst, cost)
+		}
+		if gcra.ValidateCharges(reqs) != nil {
+			continue
+		}
+		var eval *redis.Cmd
+		gets := make([]*redis.StringCmd, n)
+		ttls := make([]*redis.DurationCmd, n)
+		_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			for i, k := range ks {
+				if presets[i].present {
+					p.Set(ctx, k, presets[i].s, 0)
+				} else {
+					p.Del(ctx, k)
+				}
+			}
+			p.Set(ctx, nowKey, now, 0)
+			eval = script.Eval(ctx, p, ks, args...)
+			for i, k := range ks {
+				gets[i] = p.Get(ctx, k)
+				ttls[i] = p.PTTL(ctx, k)
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatalf("seq %d: %v (script: %v)", seq, err, eval.Err())
+		}
+		for i := range n {
+			ns, write := gcra.ChargeMicros(states[i], now, reqs[i].Limit, reqs[i].Cost)
+			want := afterTwin(presets[i], ns, write, now)
+			got := value{}
+			if s, gerr := gets[i].Result(); gerr == nil {
+				got = value{present: true, s: s, pttl: ttls[i].Val()}
+			}
+			if !sameValue(got, want) {
+				t.Fatalf("seq %d key %d: state %+v limit %+v cost %d:\n script %v\n twin   %v", seq, i, states[i], reqs[i].Limit, reqs[i].Cost, got, want)
+			}
+		}
+	}
+	// Through the Store: a charge above the burst is taken; a bad one is
+	// refused before Redis.
+	s, err := redisstore.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := gcra.Limit{T: 1000, Burst: 10}
+	if err := s.Charge(ctx, []gcra.Request{{Key: "allot:v1:{u}:x", Limit: l, Cost: 25}}); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := s.Decide(ctx, []gcra.Request{{Key: "allot:v1:{u}:x", Limit: l, Cost: 1}}); d.Allowed || d.RetryAfter < 15*time.Millisecond {
+		t.Fatalf("after a charge of 25 on burst 10: %+v, want denied for about 16 ms", d)
+	}
+	for _, bad := range [][]gcra.Request{nil, {{Key: "", Limit: l, Cost: 1}}, {{Key: "k", Limit: l, Cost: 0}}, {{Key: "k", Limit: l, Cost: 1 << 50}}} {
+		if err := s.Charge(ctx, bad); err == nil {
+			t.Errorf("charge %+v accepted", bad)
+		}
+	}
+}

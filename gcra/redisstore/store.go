@@ -18,6 +18,7 @@ type Store struct {
 	one    *redis.Script
 	all    *redis.Script
 	settle *redis.Script
+	charge *redis.Script
 }
 
 var _ gcra.BatchStore = (*Store)(nil)
@@ -40,6 +41,7 @@ func New(c redis.UniversalClient) (*Store, error) {
 		one:    redis.NewScript(gcra.SingleScript()),
 		all:    redis.NewScript(gcra.CompositeScript()),
 		settle: redis.NewScript(gcra.SettleScript()),
+		charge: redis.NewScript(gcra.ChargeScript()),
 	}, nil
 }
 
@@ -291,4 +293,20 @@ func (s *Store) Settle(ctx context.Context, key string, actual int64) (gcra.Sett
 		return gcra.Settled{}, gcra.ErrNoReservation
 	}
 	return gcra.Settled{Reserved: v.R[0].C, Actual: actual}, nil
+}
+
+var _ gcra.Charger = (*Store)(nil)
+
+// Charge charges each request's cost to its key in one script run (see
+// gcra.ChargeMicros): never denied. Invalid requests return the error of
+// gcra.ValidateCharges without calling Redis.
+func (s *Store) Charge(ctx context.Context, reqs []gcra.Request) error {
+	if err := gcra.ValidateCharges(reqs); err != nil {
+		return err
+	}
+	keys, args := encode(reqs)
+	if err := s.charge.Run(ctx, s.c, keys, args...).Err(); err != nil {
+		return classify("charge", err)
+	}
+	return nil
 }
