@@ -140,6 +140,11 @@ func checkRequest(d map[string]string, cost int64) error {
 // Decide decides one request: every matching limit of the tenant's policy,
 // enforced ones all or nothing in one store round trip.
 func (s *Service) Decide(ctx context.Context, d map[string]string, cost int64) (Decision, error) {
+	return s.decideOne(ctx, d, cost, false)
+}
+
+// decideOne is Decide, and with reserve Reserve.
+func (s *Service) decideOne(ctx context.Context, d map[string]string, cost int64, reserve bool) (Decision, error) {
 	if err := checkRequest(d, cost); err != nil {
 		return Decision{}, err
 	}
@@ -154,6 +159,9 @@ func (s *Service) Decide(ctx context.Context, d map[string]string, cost int64) (
 	}
 	dec, lc := s.decide(ctx, &p)
 	s.record(tenant, &p, cost, dec, lc)
+	if reserve && dec.Allowed && !dec.Fallback && !p.denying && p.enforced.n > 0 && s.settler != nil {
+		dec.SettleToken = s.keep(ctx, tenant, &p)
+	}
 	return dec, nil
 }
 

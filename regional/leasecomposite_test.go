@@ -19,8 +19,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/allot-dev/allot/gcra/keys"
-	"github.com/allot-dev/allot/gcra/redisstore"
-	"github.com/allot-dev/allot/internal/redistest"
 )
 
 // leaseCompositePolicy: a tenant budget the tests do not exhaust, a
@@ -51,16 +49,8 @@ tiers:
 // redisPod is a pod on a real redis-server, with a client to read its keys.
 func redisPod(t *testing.T) (*pod, *redis.Client) {
 	t.Helper()
-	rs := redistest.Start(t)
-	rc := redis.NewClient(redistest.ClientOptions(rs.Addr))
-	t.Cleanup(func() { _ = rc.Close() })
-	store, err := redisstore.New(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Generous: a decision that missed the timeout would be a fallback.
-	p := startPod(t, store, func(c *Config) { c.StoreTimeout = 5 * time.Second })
-	p.applyPolicy(t, leaseCompositePolicy, "t1", limits(3))
+	p, rc := redisPodPolicy(t, leaseCompositePolicy, 3, 5*time.Second)
 	// The tenant limit must never bind here: give t1 the big tier's budget
 	// as a record of its own, so that the leader grants it the whole budget
 	// (pinned) before any traffic, and wait until the pod holds that grant.

@@ -30,24 +30,7 @@ type Settled struct {
 // made without the store (fallback), or a request whose enforced limits are
 // all leased: their charges stand as they are.
 func (s *Service) Reserve(ctx context.Context, d map[string]string, cost int64) (Decision, error) {
-	if err := checkRequest(d, cost); err != nil {
-		return Decision{}, err
-	}
-	tenant := d["tenant"]
-	te := s.view.tenant(tenant)
-	if te == nil {
-		return Decision{}, ErrNotReady
-	}
-	var p plan
-	if err := s.plan(&p, te, d, cost); err != nil {
-		return Decision{}, err
-	}
-	dec, lc := s.decide(ctx, &p)
-	s.record(tenant, &p, cost, dec, lc)
-	if dec.Allowed && !dec.Fallback && !p.denying && p.enforced.n > 0 && s.settler != nil {
-		dec.SettleToken = s.keep(ctx, tenant, &p)
-	}
-	return dec, nil
+	return s.decideOne(ctx, d, cost, true)
 }
 
 // keep records p's enforced charges as a reservation and returns its token

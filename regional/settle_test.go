@@ -23,6 +23,23 @@ import (
 	"github.com/allot-dev/allot/internal/redistest"
 )
 
+// redisPodPolicy starts a pod on a real redis-server with the policy doc
+// (n limits for tenant t1) and store timeout, and returns it with a client
+// to read its keys.
+func redisPodPolicy(t *testing.T, doc string, n int, timeout time.Duration) (*pod, *redis.Client) {
+	t.Helper()
+	rs := redistest.Start(t)
+	rc := redis.NewClient(redistest.ClientOptions(rs.Addr))
+	t.Cleanup(func() { _ = rc.Close() })
+	store, err := redisstore.New(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startPod(t, store, func(c *Config) { c.StoreTimeout = timeout })
+	p.applyPolicy(t, doc, "t1", limits(n))
+	return p, rc
+}
+
 const settlePolicy = `version: 1
 regions: [us-east, eu-west]
 default_tier: free
@@ -43,15 +60,7 @@ tiers:
 // bad settle (second, unknown, malformed, negative) is refused with the key
 // unchanged.
 func TestReserveThenSettle(t *testing.T) {
-	rs := redistest.Start(t)
-	rc := redis.NewClient(redistest.ClientOptions(rs.Addr))
-	t.Cleanup(func() { _ = rc.Close() })
-	store, err := redisstore.New(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := startPod(t, store, nil)
-	p.applyPolicy(t, settlePolicy, "t1", limits(1))
+	p, rc := redisPodPolicy(t, settlePolicy, 1, 5*time.Second)
 	ctx := context.Background()
 	const T = 36 * time.Second // 100/h
 	tat := func(tenant string) int64 {
@@ -209,15 +218,7 @@ tiers:
 // burst, never denied; the next ordinary call waits for the debt. A call
 // without the entry is decided as always.
 func TestRLSCharges(t *testing.T) {
-	rs := redistest.Start(t)
-	rc := redis.NewClient(redistest.ClientOptions(rs.Addr))
-	t.Cleanup(func() { _ = rc.Close() })
-	store, err := redisstore.New(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := startPod(t, store, nil)
-	p.applyPolicy(t, chargePolicy, "t1", limits(1))
+	p, _ := redisPodPolicy(t, chargePolicy, 1, 5*time.Second)
 	rls := rlsv3.NewRateLimitServiceClient(p.conn)
 	ctx := context.Background()
 	call := func(hits uint64, kv ...string) *rlsv3.RateLimitResponse {

@@ -25,7 +25,6 @@ import (
 func TestSettleLuaMatchesTwin(t *testing.T) {
 	_, c, _ := startLab(t)
 	script := redis.NewScript(pinned(t, gcra.SettleScript()))
-	ctx := context.Background()
 	r := rand.New(rand.NewPCG(5, 6))
 	const resKey = "allot:v1:{t}:#settle:x"
 	for seq := 0; seq < 400; seq++ {
@@ -74,42 +73,14 @@ func TestSettleLuaMatchesTwin(t *testing.T) {
 		for i := range n {
 			args = append(args, lims[i].T, lims[i].Burst, reserved)
 		}
-		var eval *redis.Cmd
-		gets := make([]*redis.StringCmd, n)
-		ttls := make([]*redis.DurationCmd, n)
-		var resLeft *redis.IntCmd
-		_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			for i, k := range ks {
-				if presets[i].present {
-					p.Set(ctx, k, presets[i].s, 0)
-				} else {
-					p.Del(ctx, k)
-				}
-			}
-			p.Set(ctx, resKey, "res", 0)
-			p.Set(ctx, nowKey, now, 0)
-			eval = script.Eval(ctx, p, append([]string{resKey}, ks...), args...)
-			for i, k := range ks {
-				gets[i] = p.Get(ctx, k)
-				ttls[i] = p.PTTL(ctx, k)
-			}
-			resLeft = p.Exists(ctx, resKey)
-			return nil
-		})
-		if err != nil && !errors.Is(err, redis.Nil) {
-			t.Fatalf("seq %d: %v (script: %v)", seq, err, eval.Err())
-		}
-		if got, _ := eval.Int64(); got != 1 || resLeft.Val() != 0 {
-			t.Fatalf("seq %d: script returned %d, reservation left %d; want 1 and deleted", seq, got, resLeft.Val())
+		ret, after, resLeft := runPinned(t, c, script, now, ks, presets, resKey, args)
+		if ret != 1 || resLeft {
+			t.Fatalf("seq %d: script returned %d, reservation left %v; want 1 and deleted", seq, ret, resLeft)
 		}
 		for i := range n {
 			ns, write := gcra.SettleMicros(states[i], now, lims[i], reserved, actual)
 			want := afterTwin(presets[i], ns, write, now)
-			got := value{}
-			if s, gerr := gets[i].Result(); gerr == nil {
-				got = value{present: true, s: s, pttl: ttls[i].Val()}
-			}
-			if !sameValue(got, want) {
+			if got := after[i]; !sameValue(got, want) {
 				t.Fatalf("seq %d key %d: state %+v (stored %v) limit %+v reserved %d actual %d at %d:\n script %v\n twin   %v",
 					seq, i, states[i], presets[i], lims[i], reserved, actual, now, got, want)
 			}
@@ -286,36 +257,14 @@ func TestChargeLuaMatchesTwin(t *testing.T) {
 		if gcra.ValidateCharges(reqs) != nil {
 			continue
 		}
-		var eval *redis.Cmd
-		gets := make([]*redis.StringCmd, n)
-		ttls := make([]*redis.DurationCmd, n)
-		_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			for i, k := range ks {
-				if presets[i].present {
-					p.Set(ctx, k, presets[i].s, 0)
-				} else {
-					p.Del(ctx, k)
-				}
-			}
-			p.Set(ctx, nowKey, now, 0)
-			eval = script.Eval(ctx, p, ks, args...)
-			for i, k := range ks {
-				gets[i] = p.Get(ctx, k)
-				ttls[i] = p.PTTL(ctx, k)
-			}
-			return nil
-		})
-		if err != nil && !errors.Is(err, redis.Nil) {
-			t.Fatalf("seq %d: %v (script: %v)", seq, err, eval.Err())
+		ret, after, _ := runPinned(t, c, script, now, ks, presets, "", args)
+		if ret != 1 {
+			t.Fatalf("seq %d: script returned %d, want 1", seq, ret)
 		}
 		for i := range n {
 			ns, write := gcra.ChargeMicros(states[i], now, reqs[i].Limit, reqs[i].Cost)
 			want := afterTwin(presets[i], ns, write, now)
-			got := value{}
-			if s, gerr := gets[i].Result(); gerr == nil {
-				got = value{present: true, s: s, pttl: ttls[i].Val()}
-			}
-			if !sameValue(got, want) {
+			if got := after[i]; !sameValue(got, want) {
 				t.Fatalf("seq %d key %d: state %+v limit %+v cost %d:\n script %v\n twin   %v", seq, i, states[i], reqs[i].Limit, reqs[i].Cost, got, want)
 			}
 		}
@@ -338,4 +287,52 @@ func TestChargeLuaMatchesTwin(t *testing.T) {
 			t.Errorf("charge %+v accepted", bad)
 		}
 	}
+}
+
+// runPinned presets keys to presets (and res, when not "", to "res"), pins
+// the clock at now and runs script over res (when set) and keys, reading
+// every key back in the same transaction. It returns the script's integer
+// reply, the keys after, and whether res is still there.
+func runPinned(t *testing.T, c *redis.Client, script *redis.Script, now int64, keys []string, presets []value, res string, args []any) (int64, []value, bool) {
+	t.Helper()
+	ctx := context.Background()
+	var eval *redis.Cmd
+	gets := make([]*redis.StringCmd, len(keys))
+	ttls := make([]*redis.DurationCmd, len(keys))
+	var left *redis.IntCmd
+	all := keys
+	if res != "" {
+		all = append([]string{res}, keys...)
+	}
+	_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			if presets[i].present {
+				p.Set(ctx, k, presets[i].s, 0)
+			} else {
+				p.Del(ctx, k)
+			}
+		}
+		if res != "" {
+			p.Set(ctx, res, "res", 0)
+		}
+		p.Set(ctx, nowKey, now, 0)
+		eval = script.Eval(ctx, p, all, args...)
+		for i, k := range keys {
+			gets[i] = p.Get(ctx, k)
+			ttls[i] = p.PTTL(ctx, k)
+		}
+		left = p.Exists(ctx, all[0])
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatalf("%v (script: %v)", err, eval.Err())
+	}
+	after := make([]value, len(keys))
+	for i := range keys {
+		if s, gerr := gets[i].Result(); gerr == nil {
+			after[i] = value{present: true, s: s, pttl: ttls[i].Val()}
+		}
+	}
+	ret, _ := eval.Int64()
+	return ret, after, res != "" && left.Val() != 0
 }
