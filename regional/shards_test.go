@@ -267,7 +267,9 @@ func testShards(t *testing.T, n int) {
 		// Two regions, each a memstore bucket: at most R·t + B across them.
 		if got, most := float64(admitted[i].Load()), R*elapsed+B; got > most {
 			t.Errorf("%s (shard %d): admitted %v in %.1f s, more than R·t + B = %.1f", tenant, shares.ShardOf(tenant, n), got, elapsed, most)
-		} else if got < 0.5*R*elapsed {
+		} else if shares.ShardOf(tenant, n) != 1 && got < 0.5*R*elapsed {
+			// (Shard 1's tenants lost the failover; that its new leader
+			// grants them is the wait above.)
 			t.Errorf("%s (shard %d): admitted %v in %.1f s, under half the budget: its shard did not grant", tenant, shares.ShardOf(tenant, n), got, elapsed)
 		}
 	}
