@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -479,7 +480,10 @@ func (m *Metered) Add(units int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if units > 0 && !m.done {
-		m.n += units
+		m.n = min(m.n+units, math.MaxInt64/2) // (saturates: the limiter refuses what no key can owe)
+		if m.n < 0 {
+			m.n = math.MaxInt64 / 2
+		}
 	}
 }
 

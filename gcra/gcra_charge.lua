@@ -34,7 +34,7 @@ for i = 1, n do
 end
 for i = 1, n do
   local lim = lims[i]
-  local ns, write = settle(states[i], now, lim[1], lim[2], 0, lim[3])
+  local ns, write = settle(states[i], now, lim[1], lim[2], 0, lim[3], 0)
   if write then store(KEYS[i], ns, now) end
 end
 return 1

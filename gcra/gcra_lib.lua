@@ -104,20 +104,72 @@ local function store(key, st, now)
   redis.call('SET', key, string.format('%d:%d:%d', st[1], st[2], st[3]), 'PX', string.format('%d', px))
 end
 
+-- decide_all is the composite decision, as gcra.DecideAllMicros, of the n
+-- keys KEYS[ko+1..ko+n] with the triples (T, B, cost) from ARGV[ao+1] on,
+-- at now; it writes what the decision writes. It returns the reply
+-- {allowed, retry_after, remaining, reset_after, limiting} and the states
+-- written (when allowed), or nil and an error reply.
+local function decide_all(ko, ao, n, now)
+  local lims = {}
+  for i = 1, n do
+    local lim, err = limit(ao + 3 * i - 2)
+    if not lim then return nil, err end
+    lims[i] = lim
+  end
+  local allowed, limiting, retry, remaining, reset = true, 1, 0, 0, 0
+  local next_states, restated, converted = {}, {}, {}
+  for i = 1, n do
+    local lim = lims[i]
+    local st, err = load(KEYS[ko + i], lim[1], lim[2])
+    if not st then return nil, err end
+    local cv = st[1] ~= 0 and (st[2] ~= lim[1] or st[3] ~= lim[2])
+    local ns, r, _, rs = decide(st, now, lim[1], lim[2], lim[3])
+    next_states[i], restated[i], converted[i] = ns, rs, cv
+    if r[1] == 0 then
+      if allowed or r[2] > retry then
+        limiting = i
+        retry = r[2]
+      end
+      allowed = false
+    elseif allowed and (i == 1 or r[3] < remaining) then
+      limiting = i
+    end
+    if i == 1 or r[3] < remaining then remaining = r[3] end
+    if i == 1 or r[4] > reset then reset = r[4] end
+  end
+  for i = 1, n do
+    if allowed then
+      store(KEYS[ko + i], next_states[i], now)
+    elseif converted[i] then
+      store(KEYS[ko + i], restated[i], now)
+    end
+  end
+  if allowed then return {1, 0, remaining, reset, limiting}, next_states end
+  return {0, retry, remaining, reset, limiting}, nil
+end
+
 -- settle is gcra.SettleMicros: st (loaded under (T, B)) settled from
--- reserved to actual units at now. It returns the new state and whether it
--- must be written.
-local function settle(st, now, T, B, reserved, actual)
+-- reserved to actual units at now, r0 being the key's TAT right after the
+-- reserving decision. It returns the new state and whether it must be
+-- written.
+local function settle(st, now, T, B, reserved, actual, r0)
   if actual == reserved then return st, false end
   local converted = st[1] ~= 0 and (st[2] ~= T or st[3] ~= B)
-  st = restate(st, now, T, B)
   if actual < reserved then
-    if st[1] == 0 or st[1] <= now then return st, converted end
-    local tat = st[1] - (reserved - actual) * T
+    -- A refund: only of what the reservation still holds (r0 − now),
+    -- and not at all once the key was written under another limit.
+    if converted or st[1] == 0 or st[1] <= now then return st, false end
+    local back = (reserved - actual) * T
+    if r0 - now < back then back = r0 - now end
+    if back <= 0 then return st, false end
+    local tat = st[1] - back
     if tat < now then tat = now end
     return {tat, T, B}, true
   end
+  st = restate(st, now, T, B)
   local tat = now
   if st[1] ~= 0 and st[1] > now then tat = st[1] end
-  return {tat + (actual - reserved) * T, T, B}, true
+  tat = tat + (actual - reserved) * T
+  if tat > now + MAX_WINDOW then tat = now + MAX_WINDOW end
+  return {tat, T, B}, true
 end

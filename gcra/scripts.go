@@ -19,6 +19,9 @@ var luaSettle string
 //go:embed gcra_charge.lua
 var luaCharge string
 
+//go:embed gcra_reserve.lua
+var luaReserve string
+
 // SingleScript returns the Lua source of the single-key script. It keeps the
 // seed's calling convention: KEYS[1] is the key, ARGV is T (µs), B and cost;
 // it returns {allowed, retry_after_us, remaining, reset_after_us}. Time comes
@@ -32,9 +35,17 @@ func SingleScript() string { return luaLib + luaOne }
 // limiting key. All keys must share a Redis Cluster slot.
 func CompositeScript() string { return luaLib + luaAll }
 
+// ReserveScript returns the Lua source of the reserve script: the composite
+// decision of KEYS[2..N+1] (N triples (T µs, B, cost) from ARGV[3]) and,
+// when allowed, the reservation kept at KEYS[1] for ARGV[1] ms: the record
+// ARGV[2], then '|' and each key's TAT right after the decision,
+// comma-separated. It returns what CompositeScript returns.
+func ReserveScript() string { return luaLib + luaReserve }
+
 // SettleScript returns the Lua source of the settle script: KEYS[1] is the
 // reservation, KEYS[2..N+1] its keys; ARGV is the reservation's value as
-// read, the actual cost, and N triples (T µs, B, reserved cost). It settles
+// read, the actual cost, and N quadruples (T µs, B, reserved cost, the
+// key's TAT right after the reserving decision). It settles
 // each key as SettleMicros does and deletes the reservation, only if the
 // reservation still holds that value, and returns 1; otherwise 0, writing
 // nothing. Time comes from Redis TIME. All keys must share a Redis Cluster

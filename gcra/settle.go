@@ -8,52 +8,55 @@ import (
 )
 
 // SettleMicros is the settle step of reserve-then-settle on one key: a
-// decision charged reserved units under l, and the caller now knows the
-// actual cost. The key is first restated under l (Convert: a grant that
-// changed since is undone without minting), then:
+// decision charged reserved units under l, leaving the key's TAT at r0, and
+// the caller now knows the actual cost.
 //
-//   - actual < reserved: the unused units are refunded: the TAT moves back
-//     by (reserved − actual)·T, but never before now, so the key never ends
-//     above full (a key that refilled meanwhile gets back only what it
-//     lacks; a missing key, already full, gets nothing). No unit is minted.
-//   - actual > reserved: the excess is charged as debt: the TAT moves on by
-//     (actual − reserved)·T from max(TAT, now), past the burst if need be;
-//     later requests wait until it is paid (a denial's RetryAfter says how
-//     long).
+//   - actual < reserved: the unused units are refunded, but only what the
+//     reservation still holds: the TAT moves back by (reserved − actual)·T
+//     at most, by r0 − now at most (what time has given back since is not
+//     given twice), and never before now (the key never ends above full). A
+//     key written under another limit since (its grant changed), or already
+//     full, gets nothing. No unit is minted: the key is never left with
+//     more than it would hold had the decision cost actual.
+//   - actual > reserved: the excess is charged as debt, after restating the
+//     key under l (Convert): the TAT moves on by (actual − reserved)·T from
+//     max(TAT, now), past the burst if need be, but never beyond now +
+//     MaxWindow (debt past 71 years is forgotten); later requests wait
+//     until it is paid (a denial's RetryAfter says how long).
 //   - actual == reserved: nothing changes.
 //
 // It returns the key's new state and whether it must be written. It does
 // not validate: l valid, 0 ≤ reserved ≤ l.Burst, actual ≥ 0 and (actual −
 // reserved)·l.T ≤ MaxWindow (CheckActual). The settle script is its exact
 // twin.
-func SettleMicros(s State, now int64, l Limit, reserved, actual int64) (State, bool) {
+func SettleMicros(s State, now int64, l Limit, reserved, actual, r0 int64) (State, bool) {
 	if actual == reserved {
 		return s, false
 	}
-	converted := s.Exists() && (s.T != l.T || s.Burst != l.Burst)
-	s = Convert(s, now, l)
 	if actual < reserved {
-		if !s.Exists() || s.TAT <= now {
-			return s, converted // full already
+		if s.T != l.T || s.Burst != l.Burst || !s.Exists() || s.TAT <= now {
+			return s, false
 		}
-		tat := s.TAT - (reserved-actual)*l.T
-		if tat < now {
-			tat = now
+		back := min((reserved-actual)*l.T, r0-now)
+		if back <= 0 {
+			return s, false
 		}
-		return State{TAT: tat, T: l.T, Burst: l.Burst}, true
+		return State{TAT: max(s.TAT-back, now), T: l.T, Burst: l.Burst}, true
 	}
+	s = Convert(s, now, l)
 	tat := now
 	if s.Exists() && s.TAT > now {
 		tat = s.TAT
 	}
-	return State{TAT: tat + (actual-reserved)*l.T, T: l.T, Burst: l.Burst}, true
+	tat = min(tat+(actual-reserved)*l.T, now+maxWindowMicros)
+	return State{TAT: tat, T: l.T, Burst: l.Burst}, true
 }
 
 // CheckActual reports whether actual can settle a reservation of reserved
 // units under l: a whole number ≥ 0 whose debt, if any, fits a key's window.
 func (l Limit) CheckActual(reserved, actual int64) error {
-	if actual < 0 {
-		return fmt.Errorf("%w: got %d", ErrActual, actual)
+	if actual < 0 || actual > maxWindowMicros {
+		return fmt.Errorf("%w: got %d (at most %d)", ErrActual, actual, maxWindowMicros)
 	}
 	if actual > reserved && l.T > 0 && actual-reserved > maxWindowMicros/l.T {
 		return fmt.Errorf("%w: %d units over the %d reserved owe more than a key can hold under this limit (at most %d over)",
@@ -62,9 +65,8 @@ func (l Limit) CheckActual(reserved, actual int64) error {
 	return nil
 }
 
-// Reservation is what one admitted decision charged, kept by a Settler
-// until it is settled or expires: each request's key, the limit and the
-// cost it was charged.
+// Reservation is a decision to keep, when admitted, until it is settled or
+// expires: each request's key, the limit and the cost it is charged.
 type Reservation struct {
 	// Key is where the store keeps the reservation: it must share the
 	// requests' Redis Cluster slot (keys.SettleKey).
@@ -92,10 +94,11 @@ var (
 // later with the actual cost (reserve, then settle).
 type Settler interface {
 	Store
-	// Reserve keeps r for ttl. It is called after r's decision was
-	// allowed; a reservation that could not be kept only means the
-	// decision cannot be settled (its charge stands).
-	Reserve(ctx context.Context, r Reservation, ttl time.Duration) error
+	// DecideReserve decides r.Reqs all or nothing, as Decide does, and
+	// when they are allowed keeps the reservation for ttl, in the same
+	// step: what each key was charged and its TAT right after (which
+	// bounds a refund).
+	DecideReserve(ctx context.Context, r Reservation, ttl time.Duration) (Decision, error)
 	// Settle applies SettleMicros with actual to every key of the
 	// reservation kept under key, and forgets it, atomically: a second
 	// settle of one reservation gets ErrNoReservation and changes
@@ -108,7 +111,7 @@ type Settler interface {
 // of nothing, so past the burst if need be, never denied. The charge
 // script is its twin.
 func ChargeMicros(s State, now int64, l Limit, cost int64) (State, bool) {
-	return SettleMicros(s, now, l, 0, cost)
+	return SettleMicros(s, now, l, 0, cost, 0)
 }
 
 // Charger is a Store that can charge a cost already spent to keys (see

@@ -7,29 +7,58 @@ import (
 func TestSettleMicros(t *testing.T) {
 	l := Limit{T: 1000, Burst: 10}
 	const now = int64(1_000_000_000)
+	const far = now + 1_000_000 // r0 far ahead: the refund is not capped by time
 	for _, c := range []struct {
-		name             string
-		s                State
-		reserved, actual int64
-		want             State
-		write            bool
+		name                 string
+		s                    State
+		reserved, actual, r0 int64
+		want                 State
+		write                bool
 	}{
-		{"exact", State{TAT: now + 5000, T: 1000, Burst: 10}, 5, 5, State{TAT: now + 5000, T: 1000, Burst: 10}, false},
-		{"refund", State{TAT: now + 8000, T: 1000, Burst: 10}, 5, 2, State{TAT: now + 5000, T: 1000, Burst: 10}, true},
-		{"refund to full, not past it", State{TAT: now + 2000, T: 1000, Burst: 10}, 5, 0, State{TAT: now, T: 1000, Burst: 10}, true},
-		{"refund to a full key", State{TAT: now - 1, T: 1000, Burst: 10}, 5, 0, State{TAT: now - 1, T: 1000, Burst: 10}, false},
-		{"refund to a missing key", State{}, 5, 0, State{}, false},
-		{"debt", State{TAT: now + 3000, T: 1000, Burst: 10}, 2, 14, State{TAT: now + 15000, T: 1000, Burst: 10}, true},
-		{"debt on a rested key", State{TAT: now - 50, T: 1000, Burst: 10}, 1, 4, State{TAT: now + 3000, T: 1000, Burst: 10}, true},
-		{"debt on a missing key", State{}, 1, 21, State{TAT: now + 20000, T: 1000, Burst: 10}, true},
-		// Stored under another limit (the grant changed): restated under
-		// the reservation's first, without minting.
-		{"refund after a grant changed", State{TAT: now + 8000, T: 2000, Burst: 5}, 2, 0, State{TAT: now + 7000, T: 1000, Burst: 10}, true},
+		{"exact", State{TAT: now + 5000, T: 1000, Burst: 10}, 5, 5, far, State{TAT: now + 5000, T: 1000, Burst: 10}, false},
+		{"refund", State{TAT: now + 8000, T: 1000, Burst: 10}, 5, 2, far, State{TAT: now + 5000, T: 1000, Burst: 10}, true},
+		{"refund to full, not past it", State{TAT: now + 2000, T: 1000, Burst: 10}, 5, 0, far, State{TAT: now, T: 1000, Burst: 10}, true},
+		{"refund to a full key", State{TAT: now - 1, T: 1000, Burst: 10}, 5, 0, far, State{TAT: now - 1, T: 1000, Burst: 10}, false},
+		{"refund to a missing key", State{}, 5, 0, far, State{}, false},
+		// What time gave back since the decision is not given again: the
+		// reservation left the key at now+1500, so at most 1.5 units.
+		{"refund capped by the reservation's time", State{TAT: now + 9000, T: 1000, Burst: 10}, 5, 0, now + 1500, State{TAT: now + 7500, T: 1000, Burst: 10}, true},
+		{"refund of a reservation time has returned", State{TAT: now + 9000, T: 1000, Burst: 10}, 5, 0, now - 1, State{TAT: now + 9000, T: 1000, Burst: 10}, false},
+		{"refund after the grant changed: none", State{TAT: now + 8000, T: 2000, Burst: 5}, 2, 0, far, State{TAT: now + 8000, T: 2000, Burst: 5}, false},
+		{"debt", State{TAT: now + 3000, T: 1000, Burst: 10}, 2, 14, 0, State{TAT: now + 15000, T: 1000, Burst: 10}, true},
+		{"debt on a rested key", State{TAT: now - 50, T: 1000, Burst: 10}, 1, 4, 0, State{TAT: now + 3000, T: 1000, Burst: 10}, true},
+		{"debt on a missing key", State{}, 1, 21, 0, State{TAT: now + 20000, T: 1000, Burst: 10}, true},
+		{"debt past the window is forgotten", State{TAT: now + maxWindowMicros - 10, T: 1000, Burst: 10}, 1, 5, 0, State{TAT: now + maxWindowMicros, T: 1000, Burst: 10}, true},
+		// Stored under another limit: restated under the reservation's
+		// first, without minting, then charged.
+		{"debt after a grant changed", State{TAT: now + 8000, T: 2000, Burst: 5}, 1, 3, 0, State{TAT: now + 11000, T: 1000, Burst: 10}, true},
 	} {
-		got, write := SettleMicros(c.s, now, l, c.reserved, c.actual)
+		got, write := SettleMicros(c.s, now, l, c.reserved, c.actual, c.r0)
 		if got != c.want || write != c.write {
-			t.Errorf("%s: SettleMicros(%+v, reserved %d, actual %d) = %+v, %v; want %+v, %v", c.name, c.s, c.reserved, c.actual, got, write, c.want, c.write)
+			t.Errorf("%s: SettleMicros(%+v, reserved %d, actual %d, r0 %d) = %+v, %v; want %+v, %v", c.name, c.s, c.reserved, c.actual, c.r0, got, write, c.want, c.write)
 		}
+	}
+}
+
+// A refund never gives back what time already did: reserve a whole burst,
+// let the key refill, spend it again, then refund everything: the key must
+// not admit another burst at once.
+func TestRefundAfterRefillMintsNothing(t *testing.T) {
+	l := Limit{T: 1_000_000, Burst: 10}
+	now := int64(1_700_000_000_000_000)
+	s, r, _ := DecideMicros(State{}, now, l, 10)
+	if !r.Allowed {
+		t.Fatal("reserve")
+	}
+	r0 := s.TAT
+	now += 10 * l.T // refilled
+	s, r, _ = DecideMicros(s, now, l, 10)
+	if !r.Allowed {
+		t.Fatal("spend after refill")
+	}
+	s, _ = SettleMicros(s, now, l, 10, 0, r0)
+	if _, r, _ := DecideMicros(s, now, l, 1); r.Allowed {
+		t.Fatalf("after refunding a reservation time had returned, the key admits again at once: %+v", s)
 	}
 }
 
@@ -41,6 +70,7 @@ func TestCheckActual(t *testing.T) {
 	}{
 		{5, 0, true}, {5, 5, true}, {5, 100, true}, {5, -1, false},
 		{5, 5 + maxWindowMicros/1000, true}, {5, 6 + maxWindowMicros/1000, false},
+		{0, maxWindowMicros + 1, false},
 	} {
 		if err := l.CheckActual(c.reserved, c.actual); (err == nil) != c.ok {
 			t.Errorf("CheckActual(%d, %d) = %v, want ok %v", c.reserved, c.actual, err, c.ok)
@@ -66,7 +96,7 @@ func FuzzSettleIsTheActualCost(f *testing.F) {
 		if !r1.Allowed {
 			return
 		}
-		s2, _ := SettleMicros(s1, now, l, reserved, actual)
+		s2, _ := SettleMicros(s1, now, l, reserved, actual, s1.TAT)
 		if actual == 0 {
 			// As if nothing was charged: back to s0, or to now if s0
 			// was rested (a full key stays full).

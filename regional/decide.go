@@ -157,11 +157,14 @@ func (s *Service) decideOne(ctx context.Context, d map[string]string, cost int64
 	if err := s.plan(&p, te, d, cost); err != nil {
 		return Decision{}, err
 	}
-	dec, lc := s.decide(ctx, &p)
-	s.record(tenant, &p, cost, dec, lc)
-	if reserve && dec.Allowed && !dec.Fallback && !p.denying && p.enforced.n > 0 && s.settler != nil {
-		dec.SettleToken = s.keep(ctx, tenant, &p)
+	var dec Decision
+	var lc *limitCache
+	if reserve && !p.denying && p.enforced.n > 0 && p.leased.n == 0 && p.shadow.n == 0 && s.settler != nil {
+		dec, lc = s.decideReserved(ctx, tenant, &p)
+	} else {
+		dec, lc = s.decide(ctx, &p)
 	}
+	s.record(tenant, &p, cost, dec, lc)
 	return dec, nil
 }
 

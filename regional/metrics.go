@@ -85,7 +85,7 @@ func newMetrics(reg prometheus.Registerer, region string, s *Service) (*metrics,
 			Name: "allot_reports_total", Help: "Reports sent to the coordinator, by result (accepted, learning: the leader learns, grants nothing and renews at most what the pod holds, no_policy, region_removed, redirected, failed, no_leader).", ConstLabels: cl,
 		}, []string{"result"}),
 		settles: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "allot_settles_total", Help: "Settles of reserved decisions, by result (refunded, charged, exact; gone: unknown, expired or settled already; bad: an actual cost no key can owe; failed: the store failed; unkept: a reserved decision whose reservation the store could not keep).", ConstLabels: cl,
+			Name: "allot_settles_total", Help: "Settles of reserved decisions, by result (refunded, charged, exact; gone: unknown, expired or settled already; bad: an actual cost no key can owe; failed: the store failed).", ConstLabels: cl,
 		}, []string{"result"}),
 		charges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "allot_charges_total", Help: "Charges of costs already spent (the policy's charges entry, e.g. Envoy's apply_on_stream_done), by result (charged; none: no limit to charge; failed: the store failed and the cost went uncharged).", ConstLabels: cl,

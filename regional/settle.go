@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/allot-dev/allot/gcra"
 	"github.com/allot-dev/allot/gcra/keys"
@@ -24,19 +25,19 @@ type Settled struct {
 }
 
 // Reserve decides a request like Decide, with cost an estimate (say a
-// completion's max_tokens), and when the region's store allowed it keeps
-// what it charged for SettleTTL: the answer's SettleToken then settles it
-// with the actual cost (Settle). No token comes with a denial, a decision
-// made without the store (fallback), or a request whose enforced limits are
-// all leased: their charges stand as they are.
+// completion's max_tokens), and when the region's store allows it keeps,
+// in the same step, what it charged for SettleTTL: the answer's SettleToken
+// then settles it with the actual cost (Settle). No token comes with a
+// denial, a decision made without the store (fallback), or a request that
+// matches a leased or a shadow limit: their charges stand as they are.
 func (s *Service) Reserve(ctx context.Context, d map[string]string, cost int64) (Decision, error) {
 	return s.decideOne(ctx, d, cost, true)
 }
 
-// keep records p's enforced charges as a reservation and returns its token
-// ("" when the store could not keep it: the decision stands unsettleable,
-// counted in allot_settles_total{result="unkept"}).
-func (s *Service) keep(ctx context.Context, tenant string, p *plan) string {
+// decideReserved decides p's enforced limits and keeps the reservation in
+// one store call (Settler.DecideReserve), through the breaker and under the
+// store timeout; a failure is a fallback decision, with no token.
+func (s *Service) decideReserved(ctx context.Context, tenant string, p *plan) (Decision, *limitCache) {
 	var raw [16]byte
 	_, _ = rand.Read(raw[:])
 	id := base64.RawURLEncoding.EncodeToString(raw[:])
@@ -45,20 +46,26 @@ func (s *Service) keep(ctx context.Context, tenant string, p *plan) string {
 	}
 	key, err := keys.SettleKey(tenant, id)
 	if err != nil {
-		return ""
+		return s.decide(ctx, p)
 	}
-	reqs := make([]gcra.Request, p.enforced.n)
-	for i := range reqs {
-		reqs[i] = p.enforced.at(i).req
-	}
-	sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+	r := gcra.Reservation{Key: key, Reqs: requests(&p.enforced)}
+	start := time.Now()
+	cctx, cancel := context.WithDeadline(ctx, start.Add(s.cfg.StoreTimeout))
 	defer cancel()
-	if err := s.settler.Reserve(sctx, gcra.Reservation{Key: key, Reqs: reqs}, s.cfg.SettleTTL); err != nil {
-		s.m.settles.WithLabelValues("unkept").Inc()
-		s.log.Debug("reservation not kept: the decision cannot be settled", "err", err)
-		return ""
+	var d gcra.Decision
+	_, err = s.breaker.Execute(func() ([]gcra.Answer, error) {
+		var err error
+		d, err = s.settler.DecideReserve(cctx, r, s.cfg.SettleTTL)
+		return nil, err
+	})
+	if reason := s.observeStore(start, err); reason != "" {
+		return s.fallbackDecide(ctx, p.shard, &p.enforced, reason)
 	}
-	return settleTokenPrefix + base64.RawURLEncoding.EncodeToString([]byte(tenant)) + "." + id
+	dec, lc := fromStore(d, p.enforced.at(d.Limiting))
+	if dec.Allowed {
+		dec.SettleToken = settleTokenPrefix + base64.RawURLEncoding.EncodeToString([]byte(tenant)) + "." + id
+	}
+	return dec, lc
 }
 
 // settleTokenPrefix opens every settle token (its format's version).

@@ -257,3 +257,18 @@ func TestRLSCharges(t *testing.T) {
 		t.Fatalf("an unmarked call above the burst: %v, want InvalidArgument", err)
 	}
 }
+
+// A request that matches a leased limit is decided, but gets no settle
+// token: the units its leases served could not be settled (their debt
+// would never reach the limit's key).
+func TestReserveWithLeasedLimitHasNoToken(t *testing.T) {
+	p, _ := redisPod(t)
+	ctx := context.Background()
+	d, err := p.s.Reserve(ctx, map[string]string{"tenant": "t1", "user": "u", "machine": "m1"}, 1)
+	if err != nil || !d.Allowed || d.SettleToken != "" {
+		t.Fatalf("a reserved request with a leased limit: %+v %v, want allowed without a token", d, err)
+	}
+	if d, err := p.s.Reserve(ctx, map[string]string{"tenant": "t1", "user": "v"}, 1); err != nil || !d.Allowed || d.SettleToken == "" {
+		t.Fatalf("the same without the leased limit: %+v %v, want a token", d, err)
+	}
+}

@@ -69,14 +69,16 @@ type Store struct {
 	mask   uint64
 	shards []shard
 
-	resMu sync.Mutex
-	res   map[string]reserved // reservations by key (reserve, then settle)
+	resMu      sync.Mutex
+	res        map[string]reserved // reservations by key (reserve, then settle)
+	resSweepAt int                 // sweep expired reservations when res reaches this size
 }
 
 // reserved is one kept reservation.
 type reserved struct {
 	reqs    []gcra.Request
-	expires int64 // µs
+	r0      []int64 // each key's TAT right after the reserving decision
+	expires int64   // µs
 }
 
 var (
@@ -169,10 +171,13 @@ func (s *Store) Decide(ctx context.Context, reqs []gcra.Request) (gcra.Decision,
 		sh.mu.Unlock()
 		return gcra.Decision{Result: res}, nil
 	}
-	return s.decideAll(reqs, now), nil
+	d, _ := s.decideAll(reqs, now)
+	return d, nil
 }
 
-func (s *Store) decideAll(reqs []gcra.Request, now int64) gcra.Decision {
+// decideAll decides reqs all or nothing at now and returns the decision and,
+// when allowed, the states written.
+func (s *Store) decideAll(reqs []gcra.Request, now int64) (gcra.Decision, []gcra.State) {
 	idx, locked := s.lockShards(reqs)
 	defer s.unlockShards(locked)
 	items := make([]gcra.Item, len(reqs))
@@ -196,7 +201,11 @@ func (s *Store) decideAll(reqs []gcra.Request, now int64) gcra.Decision {
 			s.put(&s.shards[idx[i]], reqs[i].Key, items[i].State, now)
 		}
 	}
-	return gcra.Decision{Result: out.Result, Limiting: out.Limiting}
+	d := gcra.Decision{Result: out.Result, Limiting: out.Limiting}
+	if !out.Allowed {
+		return d, nil
+	}
+	return d, out.States
 }
 
 // DecideMany decides each element of batch in order, as Decide would.
@@ -268,33 +277,42 @@ func (s *Store) Run(ctx context.Context) error {
 	}
 }
 
-// Reserve keeps r for ttl (see gcra.Settler).
-func (s *Store) Reserve(ctx context.Context, r gcra.Reservation, ttl time.Duration) error {
+// DecideReserve decides r.Reqs all or nothing and, when allowed, keeps the
+// reservation for ttl with each key's TAT right after (see gcra.Settler).
+func (s *Store) DecideReserve(ctx context.Context, r gcra.Reservation, ttl time.Duration) (gcra.Decision, error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return gcra.Decision{}, err
 	}
 	if err := gcra.ValidateRequests(r.Reqs); err != nil {
-		return err
+		return gcra.Decision{}, err
 	}
 	if r.Key == "" || ttl <= 0 {
-		return errors.New("memstore: a reservation needs a key and a positive ttl")
+		return gcra.Decision{}, errors.New("memstore: a reservation needs a key and a positive ttl")
 	}
 	now := s.clock().UnixMicro()
 	s.resMu.Lock()
 	defer s.resMu.Unlock()
+	d, states := s.decideAll(r.Reqs, now)
+	if states == nil {
+		return d, nil
+	}
 	if s.res == nil {
 		s.res = map[string]reserved{}
 	}
-	if old, ok := s.res[r.Key]; ok && now < old.expires {
-		return fmt.Errorf("memstore: reservation %s exists already", r.Key)
-	}
-	for k, v := range s.res { // (a small map in tests and dev: sweep as it grows)
-		if now >= v.expires {
-			delete(s.res, k)
+	if len(s.res) >= s.resSweepAt {
+		for k, v := range s.res {
+			if now >= v.expires {
+				delete(s.res, k)
+			}
 		}
+		s.resSweepAt = max(1024, 2*len(s.res)) // (amortised: a sweep per doubling)
 	}
-	s.res[r.Key] = reserved{reqs: append([]gcra.Request(nil), r.Reqs...), expires: now + ttl.Microseconds()}
-	return nil
+	r0 := make([]int64, len(states))
+	for i := range states {
+		r0[i] = states[i].TAT
+	}
+	s.res[r.Key] = reserved{reqs: append([]gcra.Request(nil), r.Reqs...), r0: r0, expires: now + ttl.Microseconds()}
+	return d, nil
 }
 
 // Settle settles the reservation under key with actual, as
@@ -321,7 +339,8 @@ func (s *Store) Settle(ctx context.Context, key string, actual int64) (gcra.Sett
 	defer s.unlockShards(locked)
 	for i, q := range r.reqs {
 		sh := &s.shards[idx[i]]
-		if ns, write := gcra.SettleMicros(sh.get(q.Key, now), now, q.Limit, q.Cost, actual); write {
+		st, _ := s.start(sh.get(q.Key, now), q.Limit, now)
+		if ns, write := gcra.SettleMicros(st, now, q.Limit, q.Cost, actual, r.r0[i]); write {
 			s.put(sh, q.Key, ns, now)
 		}
 	}
@@ -342,7 +361,8 @@ func (s *Store) Charge(ctx context.Context, reqs []gcra.Request) error {
 	defer s.unlockShards(locked)
 	for i, q := range reqs {
 		sh := &s.shards[idx[i]]
-		if ns, write := gcra.ChargeMicros(sh.get(q.Key, now), now, q.Limit, q.Cost); write {
+		st, _ := s.start(sh.get(q.Key, now), q.Limit, now)
+		if ns, write := gcra.ChargeMicros(st, now, q.Limit, q.Cost); write {
 			s.put(sh, q.Key, ns, now)
 		}
 	}

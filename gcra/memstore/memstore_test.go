@@ -309,14 +309,8 @@ func TestReserveSettle(t *testing.T) {
 		{Key: "a", Limit: gcra.Limit{T: 1000, Burst: 100}, Cost: 40},
 		{Key: "b", Limit: gcra.Limit{T: 5000, Burst: 50}, Cost: 40},
 	}
-	if d, err := s.Decide(ctx, reqs); err != nil || !d.Allowed {
-		t.Fatalf("decide: %+v %v", d, err)
-	}
-	if err := s.Reserve(ctx, gcra.Reservation{Key: "r", Reqs: reqs}, time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Reserve(ctx, gcra.Reservation{Key: "r", Reqs: reqs}, time.Second); err == nil {
-		t.Fatal("a second reservation under one key was kept")
+	if d, err := s.DecideReserve(ctx, gcra.Reservation{Key: "r", Reqs: reqs}, time.Second); err != nil || !d.Allowed {
+		t.Fatalf("decide and reserve: %+v %v", d, err)
 	}
 	before := [2]gcra.State{}
 	for i, r := range reqs {
@@ -334,8 +328,8 @@ func TestReserveSettle(t *testing.T) {
 	if _, err := s.Settle(ctx, "r", 0); !errors.Is(err, gcra.ErrNoReservation) {
 		t.Errorf("second settle: %v, want ErrNoReservation", err)
 	}
-	if err := s.Reserve(ctx, gcra.Reservation{Key: "r2", Reqs: reqs}, time.Second); err != nil {
-		t.Fatal(err)
+	if d, err := s.DecideReserve(ctx, gcra.Reservation{Key: "r2", Reqs: reqs}, time.Second); err != nil || !d.Allowed {
+		t.Fatal(d, err)
 	}
 	if _, err := s.Settle(ctx, "r2", -3); !errors.Is(err, gcra.ErrActual) {
 		t.Errorf("negative actual: %v, want ErrActual", err)
@@ -343,5 +337,42 @@ func TestReserveSettle(t *testing.T) {
 	clk.Add(2 * time.Second)
 	if _, err := s.Settle(ctx, "r2", 0); !errors.Is(err, gcra.ErrNoReservation) {
 		t.Errorf("expired reservation: %v, want ErrNoReservation", err)
+	}
+}
+
+// A refund after the key refilled and was spent again gives nothing back
+// (what time returned is not returned twice); a charge on a missing key of
+// a store whose keys start empty starts from empty.
+func TestSettleMintsNothing(t *testing.T) {
+	clk := newClock(1_700_000_000_000_000)
+	s := newStore(t, clk)
+	ctx := context.Background()
+	l := gcra.Limit{T: 1_000_000, Burst: 10}
+	r := []gcra.Request{{Key: "k", Limit: l, Cost: 10}}
+	if d, err := s.DecideReserve(ctx, gcra.Reservation{Key: "res", Reqs: r}, time.Hour); err != nil || !d.Allowed {
+		t.Fatal(d, err)
+	}
+	clk.Add(10 * time.Second) // refilled
+	if d, _ := s.Decide(ctx, r); !d.Allowed {
+		t.Fatal("spend after the refill")
+	}
+	if _, err := s.Settle(ctx, "res", 0); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := s.Decide(ctx, []gcra.Request{{Key: "k", Limit: l, Cost: 1}}); d.Allowed {
+		t.Fatal("the refund minted: the key admits again at once")
+	}
+
+	cfg := DefaultConfig()
+	cfg.Clock, cfg.Shards, cfg.StartEmpty = clk.Now, 4, true
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Charge(ctx, []gcra.Request{{Key: "x", Limit: l, Cost: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := e.Decide(ctx, []gcra.Request{{Key: "x", Limit: l, Cost: 1}}); d.Allowed {
+		t.Fatal("a charge on a missing key of an empty-starting store left it fuller than empty")
 	}
 }

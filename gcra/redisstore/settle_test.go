@@ -70,15 +70,26 @@ func TestSettleLuaMatchesTwin(t *testing.T) {
 			continue
 		}
 		args := []any{"res", actual}
+		r0s := make([]int64, n)
 		for i := range n {
-			args = append(args, lims[i].T, lims[i].Burst, reserved)
+			// Where the reservation left the key: far ahead (no cap),
+			// near now, or in the past (time returned it all).
+			switch r.IntN(3) {
+			case 0:
+				r0s[i] = now + 1e12
+			case 1:
+				r0s[i] = now + r.Int64N(lims[i].Burst*lims[i].T+1)
+			default:
+				r0s[i] = now - r.Int64N(1e6)
+			}
+			args = append(args, lims[i].T, lims[i].Burst, reserved, r0s[i])
 		}
 		ret, after, resLeft := runPinned(t, c, script, now, ks, presets, resKey, args)
 		if ret != 1 || resLeft {
 			t.Fatalf("seq %d: script returned %d, reservation left %v; want 1 and deleted", seq, ret, resLeft)
 		}
 		for i := range n {
-			ns, write := gcra.SettleMicros(states[i], now, lims[i], reserved, actual)
+			ns, write := gcra.SettleMicros(states[i], now, lims[i], reserved, actual, r0s[i])
 			want := afterTwin(presets[i], ns, write, now)
 			if got := after[i]; !sameValue(got, want) {
 				t.Fatalf("seq %d key %d: state %+v (stored %v) limit %+v reserved %d actual %d at %d:\n script %v\n twin   %v",
@@ -119,13 +130,10 @@ func TestReserveSettle(t *testing.T) {
 	}
 	reserve := func(id string, cost int64) string {
 		t.Helper()
-		d, err := s.Decide(ctx, []gcra.Request{{Key: key, Limit: lim, Cost: cost}})
-		if err != nil || !d.Allowed {
-			t.Fatalf("decide %d: %+v %v", cost, d, err)
-		}
 		rk, _ := keys.SettleKey("t1", id)
-		if err := s.Reserve(ctx, gcra.Reservation{Key: rk, Reqs: []gcra.Request{{Key: key, Limit: lim, Cost: cost}}}, time.Minute); err != nil {
-			t.Fatal(err)
+		d, err := s.DecideReserve(ctx, gcra.Reservation{Key: rk, Reqs: []gcra.Request{{Key: key, Limit: lim, Cost: cost}}}, time.Minute)
+		if err != nil || !d.Allowed {
+			t.Fatalf("decide and reserve %d: %+v %v", cost, d, err)
 		}
 		return rk
 	}
@@ -179,6 +187,20 @@ func TestReserveSettle(t *testing.T) {
 	if v, _ := c.Get(ctx, key).Result(); v != "1:10000:100" {
 		t.Fatalf("a refund to a full key wrote %q, want it untouched", v)
 	}
+	// A reservation time has returned (its record says the decision left
+	// the key long ago) refunds nothing, though the key is in use again.
+	c.Del(ctx, key)
+	rk7 := reserve("r7", 60)
+	raw, _ := c.Get(ctx, rk7).Result()
+	rec, _, _ := strings.Cut(raw, "|")
+	c.Set(ctx, rk7, rec+"|1", time.Minute)
+	mark = tat()
+	if _, err := s.Settle(ctx, rk7, 0); err != nil {
+		t.Fatal(err)
+	}
+	if tat() != mark {
+		t.Fatalf("a refund of a reservation time had returned moved the TAT from %d to %d", mark, tat())
+	}
 	// Debt: a burst spent, then 50 units more than reserved: the next
 	// request waits 50·T longer than it would.
 	c.Del(ctx, key)
@@ -216,8 +238,8 @@ func TestReserveSettle(t *testing.T) {
 	}
 	// An expired reservation: gone.
 	rk6, _ := keys.SettleKey("t1", "r6")
-	if err := s.Reserve(ctx, gcra.Reservation{Key: rk6, Reqs: []gcra.Request{{Key: key, Limit: lim, Cost: 1}}}, time.Millisecond); err != nil {
-		t.Fatal(err)
+	if d, err := s.DecideReserve(ctx, gcra.Reservation{Key: rk6, Reqs: []gcra.Request{{Key: key, Limit: lim, Cost: 1}}}, time.Millisecond); err != nil || !d.Allowed {
+		t.Fatal(d, err)
 	}
 	wait.Until(t, time.Second, func() error {
 		if c.Exists(ctx, rk6).Val() != 0 {
@@ -281,6 +303,16 @@ func TestChargeLuaMatchesTwin(t *testing.T) {
 	}
 	if d, _ := s.Decide(ctx, []gcra.Request{{Key: "allot:v1:{u}:x", Limit: l, Cost: 1}}); d.Allowed || d.RetryAfter < 15*time.Millisecond {
 		t.Fatalf("after a charge of 25 on burst 10: %+v, want denied for about 16 ms", d)
+	}
+	// Debt piles up to a window at most: the key stays a GCRA state.
+	big := gcra.Limit{T: 1_000_000, Burst: 10}
+	for range 5 {
+		if err := s.Charge(ctx, []gcra.Request{{Key: "allot:v1:{u}:big", Limit: big, Cost: (1 << 51) / big.T}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d, err := s.Decide(ctx, []gcra.Request{{Key: "allot:v1:{u}:big", Limit: big, Cost: 1}}); err != nil || d.Allowed {
+		t.Fatalf("after five window-long charges: %+v %v, want a denial (not an error)", d, err)
 	}
 	for _, bad := range [][]gcra.Request{nil, {{Key: "", Limit: l, Cost: 1}}, {{Key: "k", Limit: l, Cost: 0}}, {{Key: "k", Limit: l, Cost: 1 << 50}}} {
 		if err := s.Charge(ctx, bad); err == nil {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,11 +16,12 @@ import (
 
 // Store is a gcra.BatchStore on Redis. Build it with New.
 type Store struct {
-	c      redis.UniversalClient
-	one    *redis.Script
-	all    *redis.Script
-	settle *redis.Script
-	charge *redis.Script
+	c       redis.UniversalClient
+	one     *redis.Script
+	all     *redis.Script
+	settle  *redis.Script
+	charge  *redis.Script
+	reserve *redis.Script
 }
 
 var _ gcra.BatchStore = (*Store)(nil)
@@ -37,11 +40,12 @@ func New(c redis.UniversalClient) (*Store, error) {
 		return nil, ErrContextTimeoutDisabled
 	}
 	return &Store{
-		c:      c,
-		one:    redis.NewScript(gcra.SingleScript()),
-		all:    redis.NewScript(gcra.CompositeScript()),
-		settle: redis.NewScript(gcra.SettleScript()),
-		charge: redis.NewScript(gcra.ChargeScript()),
+		c:       c,
+		one:     redis.NewScript(gcra.SingleScript()),
+		all:     redis.NewScript(gcra.CompositeScript()),
+		settle:  redis.NewScript(gcra.SettleScript()),
+		charge:  redis.NewScript(gcra.ChargeScript()),
+		reserve: redis.NewScript(gcra.ReserveScript()),
 	}, nil
 }
 
@@ -228,31 +232,62 @@ type reservedKey struct {
 	C int64  `json:"c"`
 }
 
-// Reserve keeps r under r.Key for ttl (SET NX PX): a key already there is
-// an error (ids are random: a collision means a bug).
-func (s *Store) Reserve(ctx context.Context, r gcra.Reservation, ttl time.Duration) error {
+// DecideReserve decides r.Reqs all or nothing, as Decide does, and when
+// allowed keeps the reservation under r.Key for ttl, in one script run (its
+// record holds each key's TAT right after the decision).
+func (s *Store) DecideReserve(ctx context.Context, r gcra.Reservation, ttl time.Duration) (gcra.Decision, error) {
 	if err := gcra.ValidateRequests(r.Reqs); err != nil {
-		return err
+		return gcra.Decision{}, err
 	}
-	if r.Key == "" || ttl <= 0 {
-		return errors.New("redisstore: a reservation needs a key and a positive ttl")
+	if r.Key == "" || ttl < time.Millisecond || ttl > 24*time.Hour {
+		return gcra.Decision{}, errors.New("redisstore: a reservation needs a key and a ttl of 1ms to 24h")
 	}
 	v := reservation{R: make([]reservedKey, len(r.Reqs))}
 	for i, q := range r.Reqs {
 		v.R[i] = reservedKey{K: q.Key, T: q.Limit.T, B: q.Limit.Burst, C: q.Cost}
 	}
-	b, err := json.Marshal(v)
+	rec, err := json.Marshal(v)
 	if err != nil {
-		return err
+		return gcra.Decision{}, err
 	}
-	ok, err := s.c.SetNX(ctx, r.Key, b, ttl).Result()
+	keys, args := encode(r.Reqs)
+	keys = append([]string{r.Key}, keys...)
+	args = append([]any{ttl.Milliseconds(), string(rec)}, args...)
+	out, err := s.reserve.Run(ctx, s.c, keys, args...).Result()
 	if err != nil {
-		return classify("reserve", err)
+		return gcra.Decision{}, classify("decide and reserve", err)
 	}
-	if !ok {
-		return fmt.Errorf("redisstore: reservation %s exists already", r.Key)
+	d, err := decode(out, max(2, len(r.Reqs))) // (always the composite's reply)
+	if err != nil {
+		return gcra.Decision{}, classify("decide and reserve", err)
 	}
-	return nil
+	if len(r.Reqs) == 1 {
+		d.Limiting = 0
+	}
+	return d, nil
+}
+
+// parseReservation reads a kept reservation: its record and, after '|',
+// each key's TAT right after the reserving decision.
+func parseReservation(raw string) (reservation, []int64, error) {
+	rec, tail, ok := strings.Cut(raw, "|")
+	var v reservation
+	if !ok || json.Unmarshal([]byte(rec), &v) != nil || len(v.R) == 0 {
+		return v, nil, errors.New("not a reservation")
+	}
+	parts := strings.Split(tail, ",")
+	if len(parts) != len(v.R) {
+		return v, nil, errors.New("not a reservation")
+	}
+	r0 := make([]int64, len(parts))
+	for i, p := range parts {
+		n, err := strconv.ParseInt(p, 10, 64)
+		if err != nil || n < 0 {
+			return v, nil, errors.New("not a reservation")
+		}
+		r0[i] = n
+	}
+	return v, r0, nil
 }
 
 // Settle settles the reservation under key with actual, in one script run
@@ -266,15 +301,15 @@ func (s *Store) Settle(ctx context.Context, key string, actual int64) (gcra.Sett
 	if err != nil {
 		return gcra.Settled{}, classify("settle", err)
 	}
-	var v reservation
-	if err := json.Unmarshal([]byte(raw), &v); err != nil || len(v.R) == 0 {
-		return gcra.Settled{}, fmt.Errorf("redisstore: reservation %s does not hold a reservation", key)
+	v, r0, err := parseReservation(raw)
+	if err != nil {
+		return gcra.Settled{}, fmt.Errorf("redisstore: %s does not hold a reservation", key)
 	}
 	keys := make([]string, 0, 1+len(v.R))
-	args := make([]any, 0, 2+3*len(v.R))
+	args := make([]any, 0, 2+4*len(v.R))
 	keys = append(keys, key)
 	args = append(args, raw, actual)
-	for _, r := range v.R {
+	for i, r := range v.R {
 		l := gcra.Limit{T: r.T, Burst: r.B}
 		if err := l.Validate(); err != nil {
 			return gcra.Settled{}, fmt.Errorf("redisstore: reservation %s: %w", key, err)
@@ -283,7 +318,7 @@ func (s *Store) Settle(ctx context.Context, key string, actual int64) (gcra.Sett
 			return gcra.Settled{}, err
 		}
 		keys = append(keys, r.K)
-		args = append(args, r.T, r.B, r.C)
+		args = append(args, r.T, r.B, r.C, r0[i])
 	}
 	n, err := s.settle.Run(ctx, s.c, keys, args...).Int64()
 	if err != nil {
