@@ -9,10 +9,12 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -160,7 +162,13 @@ func New(cfg Config) (*Coordinator, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	m, err := newMetrics(cfg.Registerer)
+	reg := cfg.Registerer
+	if reg != nil {
+		// Every coordinator metric names its shard: alerts and panels
+		// ask for one leader per shard.
+		reg = prometheus.WrapRegistererWith(prometheus.Labels{"shard": strconv.Itoa(cfg.Shard)}, reg)
+	}
+	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, err
 	}

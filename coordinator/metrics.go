@@ -80,7 +80,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		shard: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "allot_coordinator_shards",
-			Help: "The cluster's coordinator shard count (this coordinator runs shard allot_coordinator_shard_index of them; 0 until read from etcd).",
+			Help: "The cluster's coordinator shard count (this coordinator runs the one its shard label names; 0 until read from etcd).",
 		}),
 		otherShard: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "allot_coordinator_report_tenants_other_shard_total",

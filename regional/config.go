@@ -70,7 +70,8 @@ type Config struct {
 	// Drift is subtracted from every lease, covering clock-rate differences
 	// between this pod and the leader. Default 500ms.
 	Drift time.Duration
-	// MaxTenants bounds the tenants counted between reports. Default 100000.
+	// MaxTenants bounds the tenants counted between reports (split evenly
+	// between the coordinator shards' tables). Default 100000.
 	MaxTenants int
 	// LivePods returns the region's live pod count (membership); nil means
 	// 1. The open fallback admits grant / LivePods per pod.

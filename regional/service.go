@@ -197,7 +197,8 @@ func (s *Service) startShards(n int) {
 	s.view.setShards(n)
 	cs := make([]*counters, n)
 	for i := range cs {
-		cs[i] = newCounters(s.cfg.MaxTenants)
+		// The pod's MaxTenants split between its shards' tables.
+		cs[i] = newCounters(max(1, (s.cfg.MaxTenants+n-1)/n))
 	}
 	s.counts.Store(&cs)
 }

@@ -60,9 +60,11 @@ shard's leader, and the command asks it instead.`,
 				if err != nil {
 					return err
 				}
-				if err := other.getJSON(cmd.Context(), tenantPath("/v1/shares/", args[0]), &v); err != nil {
+				var w sharesJSON
+				if err := other.getJSON(cmd.Context(), tenantPath("/v1/shares/", args[0]), &w); err != nil {
 					return fmt.Errorf("shard %d's leader %s: %w", v.Shard, v.Leader.HTTP, err)
 				}
+				v = w
 			}
 			return cl.emit(s.out, v, func() error {
 				fmt.Fprintf(s.out, "tenant %s: %.6g/s burst %d, mode %s (from %s", v.Tenant, v.Rate, v.Burst, v.Mode, v.Source)

@@ -6,6 +6,7 @@ package coordtest
 
 import (
 	"context"
+	"errors"
 	"net"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/allot-dev/allot/coordinator"
+	"github.com/allot-dev/allot/internal/wait"
 )
 
 // Coordinator is a running coordinator.
@@ -83,5 +85,13 @@ func Start(tb testing.TB, cfg coordinator.Config) *Coordinator {
 		stop()
 	}
 	tb.Cleanup(stop)
+	// Until it has read (or, on a new cluster, recorded) the shard count,
+	// another writer of it could take the cluster's count first.
+	wait.Until(tb, 10*time.Second, func() error {
+		if n, _ := c.Shards(); n == 0 {
+			return errors.New("coordtest: the coordinator has not read the shard count")
+		}
+		return nil
+	})
 	return &Coordinator{Coordinator: c, Addr: cfg.GRPCAddr, stop: stop, crash: crash}
 }

@@ -28,16 +28,22 @@ type shardsRecord struct {
 var ErrShardsFixed = errors.New("the coordinator shard count is fixed when a cluster first starts")
 
 // Shards reads the cluster's shard count; ErrNotFound while no coordinator
-// has set it.
+// has set it. A cluster whose coordinators ran before shard counts existed
+// (shard 0's term recorded, no count) has one: InitShards can only record 1
+// there. Both are read at one revision, since a new cluster's first
+// coordinator records its count before it claims a term.
 func (s *Store) Shards(ctx context.Context) (int, error) {
-	r, err := s.c.Get(ctx, s.ShardsKey())
+	r, err := s.c.Txn(ctx).Then(clientv3.OpGet(s.ShardsKey()), clientv3.OpGet(s.Shard(0).TermKey())).Commit()
 	if err != nil {
 		return 0, fmt.Errorf("read shard count: %w", err)
 	}
-	if len(r.Kvs) == 0 {
-		return 0, fmt.Errorf("shard count: %w", ErrNotFound)
+	if kvs := r.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		return DecodeShards(kvs[0].Value)
 	}
-	return DecodeShards(r.Kvs[0].Value)
+	if len(r.Responses[1].GetResponseRange().Kvs) > 0 {
+		return 1, nil
+	}
+	return 0, fmt.Errorf("shard count: %w", ErrNotFound)
 }
 
 // DecodeShards decodes the value of ShardsKey.

@@ -42,6 +42,10 @@ func TestInitShards(t *testing.T) {
 		if _, err := s.c.Put(ctx, s.TermKey(), "12345"); err != nil {
 			t.Fatal(err)
 		}
+		// A pod upgraded before the coordinators reads one shard.
+		if n, err := s.Shards(ctx); err != nil || n != 1 {
+			t.Fatalf("Shards on a cluster that ran before shard counts = %d, %v; want 1", n, err)
+		}
 		if n, err := s.InitShards(ctx, 3); !errors.Is(err, ErrShardsFixed) || n != 1 {
 			t.Fatalf("InitShards(3) on a running one-shard cluster = %d, %v; want 1 and ErrShardsFixed", n, err)
 		}
