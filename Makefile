@@ -24,6 +24,7 @@ build: ## build bin/allot (static)
 .PHONY: test
 test: ## run every test against real redis-server (needs redis-server on PATH)
 	@command -v redis-server >/dev/null || { echo "make test: redis-server not found; install it (apt-get install -y redis-server) or run .ci/run" >&2; exit 1; }
+	@command -v nginx >/dev/null && command -v caddy >/dev/null || { echo "make test: nginx or caddy not found (deploy/proxies runs both); install them (apt-get install -y nginx caddy) or run .ci/run" >&2; exit 1; }
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 15m $$($(GO) list $(PKGS) | grep -v -e /shares/protocheck -e '/e2e$$')
 	@# The e2e short suite measures utilisation: alone, and without -race in

@@ -181,6 +181,19 @@ func setRateLimitHeaders(h http.Header, d Decision) {
 }
 
 func (s *Service) forwardAuth(w http.ResponseWriter, r *http.Request, prefix string) {
+	// A proxy whose auth hook understands only 2xx, 401 and 403 (nginx's
+	// auth_request) asks for those instead of 429 and 503, and turns them
+	// back (deploy/proxies).
+	denyStatus, err := statusParam(r, "deny_status", http.StatusTooManyRequests)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	unavailableStatus, err := statusParam(r, "unavailable_status", http.StatusServiceUnavailable)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
 	d := map[string]string{}
 	cost := int64(1)
 	for name, vals := range r.Header {
@@ -214,13 +227,27 @@ func (s *Service) forwardAuth(w http.ResponseWriter, r *http.Request, prefix str
 	if dec.Closed {
 		// Not the caller's excess: the limiter's store is unavailable and
 		// this limit fails closed.
-		http.Error(w, fmt.Sprintf("limit %q unavailable (fails closed): retry after %d s", dec.Limit, max(1, ceilSeconds(dec.RetryAfter))), http.StatusServiceUnavailable)
+		http.Error(w, fmt.Sprintf("limit %q unavailable (fails closed): retry after %d s", dec.Limit, max(1, ceilSeconds(dec.RetryAfter))), unavailableStatus)
 		return
 	}
 	setRateLimitHeaders(w.Header(), dec)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.WriteHeader(http.StatusTooManyRequests)
+	w.WriteHeader(denyStatus)
 	_, _ = fmt.Fprintf(w, "rate limited by %q: retry after %d s\n", dec.Limit, max(1, ceilSeconds(dec.RetryAfter)))
+}
+
+// statusParam reads the query parameter name as the status to answer
+// instead of def: def itself, 401 or 403 (what every auth hook accepts).
+func statusParam(r *http.Request, name string, def int) (int, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || (n != def && n != http.StatusUnauthorized && n != http.StatusForbidden) {
+		return 0, badRequest("%s: %q: want %d (the default), 401 or 403", name, v, def)
+	}
+	return n, nil
 }
 
 func cutPrefixFold(s, prefix string) (string, bool) {
