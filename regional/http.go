@@ -68,8 +68,9 @@ func ceilSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
-// Handler returns the regional HTTP API: POST /v1/decide, GET
-// /v1/forward-auth, /metrics (from gatherer), /healthz and /readyz.
+// Handler returns the regional HTTP API: POST /v1/decide, POST /v1/settle,
+// /v1/forward-auth (any method, and any path below it), /metrics (from
+// gatherer), /healthz and /readyz.
 // headerPrefix "" means DefaultHeaderPrefix.
 func (s *Service) Handler(gatherer prometheus.Gatherer, headerPrefix string) http.Handler {
 	if headerPrefix == "" {
@@ -78,7 +79,11 @@ func (s *Service) Handler(gatherer prometheus.Gatherer, headerPrefix string) htt
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/decide", s.httpDecide)
 	mux.HandleFunc("POST /v1/settle", s.httpSettle)
-	mux.HandleFunc("GET /v1/forward-auth", func(w http.ResponseWriter, r *http.Request) { s.forwardAuth(w, r, headerPrefix) })
+	// Any method, and any path below it: Envoy's ext_authz (HTTP mode)
+	// asks with the request's own method and appends its path.
+	fa := func(w http.ResponseWriter, r *http.Request) { s.forwardAuth(w, r, headerPrefix) }
+	mux.HandleFunc("/v1/forward-auth", fa)
+	mux.HandleFunc("/v1/forward-auth/", fa)
 	if gatherer != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	}

@@ -243,3 +243,25 @@ func TestForwardAuthStatuses(t *testing.T) {
 		t.Fatalf("30 asks with deny_status=403 against a burst of 20: %v, want 200s then 403s", codes)
 	}
 }
+
+// Envoy's ext_authz in HTTP mode asks with the request's own method and its
+// path appended to the prefix: forward-auth answers those alike.
+func TestForwardAuthExtAuthzShape(t *testing.T) {
+	allot, _ := startBackends(t)
+	for _, c := range []struct{ method, path string }{
+		{http.MethodGet, "/v1/forward-auth"},
+		{http.MethodPost, "/v1/forward-auth/api/chat"},
+		{http.MethodDelete, "/v1/forward-auth/x?y=1"},
+	} {
+		req, _ := http.NewRequest(c.method, "http://"+allot+c.path, nil)
+		req.Header.Set("X-Allot-Tenant", "t-"+c.method)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("RateLimit") == "" {
+			t.Errorf("%s %s: %d %v, want 200 with the RateLimit fields", c.method, c.path, resp.StatusCode, resp.Header)
+		}
+	}
+}
