@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/allot-dev/allot/client"
-	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/wait"
 )
 
 // generous is the call timeout of tests that expect answers: -race on a
@@ -44,7 +44,7 @@ func newClient(t *testing.T, target string, timeout time.Duration) *client.Clien
 // is the limiter's, not a cold dial's.
 func warm(t *testing.T, c *client.Client, tenant string) {
 	t.Helper()
-	redistest.Eventually(t, 10*time.Second, func() error {
+	wait.Until(t, 10*time.Second, func() error {
 		_, err := c.Decide(context.Background(), map[string]string{"tenant": tenant}, 1)
 		return err
 	})

@@ -16,8 +16,8 @@ import (
 	"github.com/allot-dev/allot/gcra/memstore"
 	"github.com/allot-dev/allot/internal/coordtest"
 	"github.com/allot-dev/allot/internal/etcdtest"
-	"github.com/allot-dev/allot/internal/redistest"
 	"github.com/allot-dev/allot/internal/state"
+	"github.com/allot-dev/allot/internal/wait"
 	"github.com/allot-dev/allot/regional"
 )
 
@@ -96,7 +96,7 @@ func startLimiter(tb testing.TB, opts ...grpc.ServerOption) *limiter {
 	if _, err := state.New(ec, "").ApplyPolicy(ctx, pol, 0, "client tests"); err != nil {
 		tb.Fatalf("apply policy: %v", err)
 	}
-	redistest.Eventually(tb, 10*time.Second, func() error {
+	wait.Until(tb, 10*time.Second, func() error {
 		if !svc.Ready() {
 			return errors.New("regional service not ready")
 		}

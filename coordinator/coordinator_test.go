@@ -27,12 +27,6 @@ func TestMain(m *testing.M) {
 	)
 }
 
-// eventually polls fn until it returns nil or the deadline passes.
-func eventually(t *testing.T, within time.Duration, fn func() error) {
-	t.Helper()
-	wait.Until(t, within, fn)
-}
-
 func examplePolicy(t *testing.T) []byte {
 	t.Helper()
 	b, err := os.ReadFile("../deploy/policy.example.yaml")
@@ -142,13 +136,13 @@ func testFailover(t *testing.T, crash, gone bool) {
 	}
 	a, b := startNode(t, srv, "a"), startNode(t, srv, "b")
 	var first *node
-	eventually(t, 10*time.Second, func() (err error) { first, err = leaderOf(a, b); return err })
+	wait.Until(t, 10*time.Second, func() (err error) { first, err = leaderOf(a, b); return err })
 	second := a
 	if first == a {
 		second = b
 	}
 	// The follower names the leader to a reporting pod.
-	eventually(t, 5*time.Second, func() error {
+	wait.Until(t, 5*time.Second, func() error {
 		_, err := report(t, second, "us-east", 10)
 		var nl *NotLeaderError
 		if !errors.As(err, &nl) || nl.Leader != first.c.ID()+":9000" {
@@ -167,7 +161,7 @@ func testFailover(t *testing.T, crash, gone bool) {
 		pods = append(pods, newTPod("us-east", "us-east-2"))
 	}
 	use := map[string]shares.Usage{"t42": {Offered: 10, Admitted: 10}}
-	eventually(t, 20*time.Second, func() error {
+	wait.Until(t, 20*time.Second, func() error {
 		for _, p := range pods {
 			if _, err := p.report(first.c, time.Now(), 100*time.Millisecond, use, true); err != nil {
 				return err
@@ -193,7 +187,7 @@ func testFailover(t *testing.T, crash, gone bool) {
 	} else {
 		first.stop()
 	}
-	eventually(t, 5*time.Second, func() error {
+	wait.Until(t, 5*time.Second, func() error {
 		if !second.c.IsLeader() {
 			return errors.New("second has not taken over")
 		}
@@ -212,7 +206,7 @@ func testFailover(t *testing.T, crash, gone bool) {
 	// old term it does not know of has expired. With a leased pod gone, it
 	// waits that long.
 	var lead *shares.Leader
-	eventually(t, 5*time.Second, func() error {
+	wait.Until(t, 5*time.Second, func() error {
 		second.c.mu.Lock()
 		defer second.c.mu.Unlock()
 		if second.c.term == nil || second.c.term.lead == nil {
@@ -253,7 +247,7 @@ func testFailover(t *testing.T, crash, gone bool) {
 	if gone {
 		// Its lease surely ended: the leader drops it from the roster, so
 		// that the next leader need not wait for it.
-		eventually(t, 5*time.Second, func() error {
+		wait.Until(t, 5*time.Second, func() error {
 			on, err := admin.Roster(ctx)
 			if err != nil {
 				return err
@@ -273,7 +267,7 @@ func testFailover(t *testing.T, crash, gone bool) {
 		t.Errorf("the new leader learned for %v, want under a second: every pod on the roster reported twice within it", learned)
 	}
 	// Then it grants, in a later term than the old leader's.
-	eventually(t, 10*time.Second, func() error {
+	wait.Until(t, 10*time.Second, func() error {
 		for _, p := range pods {
 			if _, err := p.report(second.c, time.Now(), 100*time.Millisecond, use, true); err != nil {
 				return err
@@ -322,7 +316,7 @@ func TestLeaderLookup(t *testing.T) {
 		t.Fatalf("Leader() with no coordinator = %v, want ErrNotFound", err)
 	}
 	n := startNode(t, srv, "x")
-	eventually(t, 10*time.Second, func() error {
+	wait.Until(t, 10*time.Second, func() error {
 		l, err := st.Leader(context.Background())
 		if err != nil {
 			return err

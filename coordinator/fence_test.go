@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/allot-dev/allot/internal/etcdtest"
+	"github.com/allot-dev/allot/internal/wait"
 )
 
 // A leader cut from etcd stops answering reports before etcd can expire its
@@ -29,7 +30,7 @@ func TestLeaderFencesItselfBeforeItsSessionExpires(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cli.Close() })
 	a := startNodeOn(t, cli, "a", nil)
-	eventually(t, 10*time.Second, func() error {
+	wait.Until(t, 10*time.Second, func() error {
 		if !a.c.IsLeader() {
 			return errors.New("a does not lead")
 		}
@@ -50,7 +51,7 @@ func TestLeaderFencesItselfBeforeItsSessionExpires(t *testing.T) {
 		}
 		return r.Count
 	}
-	eventually(t, 10*time.Second, func() error {
+	wait.Until(t, 10*time.Second, func() error {
 		if n := keys(); n != 2 {
 			return fmt.Errorf("%d election keys, want 2 (a and b campaigning)", n)
 		}
@@ -58,7 +59,7 @@ func TestLeaderFencesItselfBeforeItsSessionExpires(t *testing.T) {
 	})
 	cut := time.Now()
 	link.Cut()
-	eventually(t, 2*a.c.cfg.SessionTTL, func() error {
+	wait.Until(t, 2*a.c.cfg.SessionTTL, func() error {
 		if _, err := report(t, a, "us-east", 1); !errors.As(err, &nl) {
 			return fmt.Errorf("a still answers %v after it was cut from etcd (session TTL %v)", time.Since(cut), a.c.cfg.SessionTTL)
 		}
@@ -78,13 +79,13 @@ func TestLeaderFencesItselfBeforeItsSessionExpires(t *testing.T) {
 	t.Logf("a fenced itself %v after the cut (session TTL %v)", fenced, a.c.cfg.SessionTTL)
 	// With its fence lapsed, a leaves the election rather than lead
 	// without answering.
-	eventually(t, 5*time.Second, func() error {
+	wait.Until(t, 5*time.Second, func() error {
 		if a.c.IsLeader() {
 			return errors.New("a still leads, fenced")
 		}
 		return nil
 	})
-	eventually(t, 15*time.Second, func() error {
+	wait.Until(t, 15*time.Second, func() error {
 		if !b.c.IsLeader() {
 			return errors.New("b does not lead")
 		}

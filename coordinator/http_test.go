@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/allot-dev/allot/internal/etcdtest"
+	"github.com/allot-dev/allot/internal/wait"
 	allotv1 "github.com/allot-dev/allot/proto/allot/v1"
 )
 
@@ -31,7 +32,7 @@ func api(t *testing.T) (*node, *httptest.Server) {
 	t.Helper()
 	srv := etcdtest.Start(t)
 	n := startNode(t, srv, "solo")
-	eventually(t, 10*time.Second, func() error {
+	wait.Until(t, 10*time.Second, func() error {
 		if !n.c.IsLeader() {
 			return errors.New("not leading yet")
 		}
@@ -108,7 +109,7 @@ func TestHTTPAdmin(t *testing.T) {
 	}
 	// The status page renders for a person, once the leader has loaded the
 	// policy (at its next rebalance).
-	eventually(t, 5*time.Second, func() error {
+	wait.Until(t, 5*time.Second, func() error {
 		resp, err := http.Get(u + "/")
 		if err != nil {
 			return err
@@ -158,7 +159,7 @@ func TestGRPCAdmin(t *testing.T) {
 	}
 	// Pods report through allot.v1.Coordinator.
 	coord := allotv1.NewCoordinatorClient(conn)
-	eventually(t, 5*time.Second, func() error {
+	wait.Until(t, 5*time.Second, func() error {
 		r, err := coord.Report(ctx, &allotv1.ReportRequest{Region: "us-east", Pod: "p1", IntervalMs: 100,
 			Usage: []*allotv1.TenantUsage{{Tenant: "t42", Offered: 10, Admitted: 10}}})
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/allot-dev/allot/internal/etcdtest"
+	"github.com/allot-dev/allot/internal/wait"
 )
 
 // linkProxy relays TCP connections from a loopback port to an etcd member:
@@ -125,7 +126,7 @@ func TestObserverSurvivesBrokenWatch(t *testing.T) {
 	admin := srv.Client(t)
 	ctx := context.Background()
 	a := startNode(t, srv, "a")
-	eventually(t, 10*time.Second, func() error {
+	wait.Until(t, 10*time.Second, func() error {
 		if !a.c.IsLeader() {
 			return errors.New("a does not lead")
 		}
@@ -165,12 +166,12 @@ func TestObserverSurvivesBrokenWatch(t *testing.T) {
 			return nil
 		}
 	}
-	eventually(t, 10*time.Second, leaderIs("a"))
+	wait.Until(t, 10*time.Second, leaderIs("a"))
 
 	link.Cut()
 	a.stop() // resigns
 	b := startNode(t, srv, "b")
-	eventually(t, 10*time.Second, func() error {
+	wait.Until(t, 10*time.Second, func() error {
 		if !b.c.IsLeader() {
 			return errors.New("b does not lead")
 		}
@@ -185,7 +186,7 @@ func TestObserverSurvivesBrokenWatch(t *testing.T) {
 	}
 	link.Heal()
 
-	eventually(t, 20*time.Second, leaderIs("b"))
+	wait.Until(t, 20*time.Second, leaderIs("b"))
 }
 
 // A follower names the leader to pods, and the new leader after a leader
@@ -193,7 +194,7 @@ func TestObserverSurvivesBrokenWatch(t *testing.T) {
 func TestFollowerNamesNewLeader(t *testing.T) {
 	srv := etcdtest.Start(t)
 	a := startNode(t, srv, "a")
-	eventually(t, 10*time.Second, func() error {
+	wait.Until(t, 10*time.Second, func() error {
 		if !a.c.IsLeader() {
 			return errors.New("a does not lead")
 		}
@@ -210,12 +211,12 @@ func TestFollowerNamesNewLeader(t *testing.T) {
 			return nil
 		}
 	}
-	eventually(t, 10*time.Second, names(b, "a"))
-	eventually(t, 10*time.Second, names(c, "a"))
+	wait.Until(t, 10*time.Second, names(b, "a"))
+	wait.Until(t, 10*time.Second, names(c, "a"))
 
 	a.stop()
 	var next, follower *node
-	eventually(t, 15*time.Second, func() (err error) {
+	wait.Until(t, 15*time.Second, func() (err error) {
 		next, err = leaderOf(b, c)
 		return err
 	})
@@ -223,5 +224,5 @@ func TestFollowerNamesNewLeader(t *testing.T) {
 	if next == b {
 		follower = c
 	}
-	eventually(t, 10*time.Second, names(follower, next.c.ID()))
+	wait.Until(t, 10*time.Second, names(follower, next.c.ID()))
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/allot-dev/allot/internal/etcdtest"
 	"github.com/allot-dev/allot/internal/state"
+	"github.com/allot-dev/allot/internal/wait"
 	"github.com/allot-dev/allot/shares"
 )
 
@@ -81,7 +82,7 @@ func startTicked(t *testing.T, adjust func(*Coordinator)) *ticked {
 			adjust(c)
 		}
 	})
-	eventually(t, 10*time.Second, func() error {
+	wait.Until(t, 10*time.Second, func() error {
 		if !k.n.c.IsLeader() || k.rebalances() < 1 {
 			return errors.New("not leading yet")
 		}
@@ -99,7 +100,7 @@ func (k *ticked) rebalance(t *testing.T) {
 	t.Helper()
 	r0 := k.rebalances()
 	k.tick <- time.Time{}
-	eventually(t, 10*time.Second, func() error {
+	wait.Until(t, 10*time.Second, func() error {
 		if k.rebalances() <= r0 {
 			return errors.New("rebalance not done")
 		}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/allot-dev/allot/internal/etcdtest"
 	"github.com/allot-dev/allot/internal/state"
+	"github.com/allot-dev/allot/internal/wait"
 	allotv1 "github.com/allot-dev/allot/proto/allot/v1"
 )
 
@@ -48,7 +49,7 @@ func startReportLeader(t *testing.T, auth ReportAuth) *reportLeader {
 	n := startNodeWith(t, srv, "solo", func(c *Coordinator) {
 		c.cfg.Reports, c.cfg.Registerer = auth, reg // before Run and RegisterGRPC
 	})
-	eventually(t, 10*time.Second, func() error {
+	wait.Until(t, 10*time.Second, func() error {
 		st, err := n.c.Status(context.Background())
 		if err != nil || !st.IsLeader || st.LastRebalance == "" {
 			return fmt.Errorf("not leading with a policy yet: %+v, %w", st, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/allot-dev/allot/internal/etcdtest"
+	"github.com/allot-dev/allot/internal/wait"
 	"github.com/allot-dev/allot/shares"
 )
 
@@ -215,7 +216,7 @@ func TestGrowBeforeNextTick(t *testing.T) {
 	}
 	// The second acknowledges: ap-south grows before the next tick.
 	report(pods["us-east"][1], after, true)
-	eventually(t, 10*time.Second, func() error {
+	wait.Until(t, 10*time.Second, func() error {
 		if g := leaderGrant("ap-south"); g.Rate < south1.Rate+15 {
 			return fmt.Errorf("ap-south holds %.1f/s, want a grow above %.1f/s", g.Rate, south1.Rate+15)
 		}
@@ -224,7 +225,7 @@ func TestGrowBeforeNextTick(t *testing.T) {
 	if got := rebalances(); got != r0 {
 		t.Fatalf("rebalances %v → %v: the grow came from a rebalance, want it before the next tick", r0, got)
 	}
-	eventually(t, 5*time.Second, func() error {
+	wait.Until(t, 5*time.Second, func() error {
 		if got := testutil.ToFloat64(n.c.m.earlyGrows); got < 1 {
 			return fmt.Errorf("allot_early_grows_total = %v, want ≥ 1", got)
 		}

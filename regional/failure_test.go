@@ -13,6 +13,7 @@ import (
 
 	"github.com/allot-dev/allot/gcra/redisstore"
 	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/wait"
 )
 
 // Kill Redis: fail-open limits keep admitting at the fallback rate (from an
@@ -35,7 +36,7 @@ func TestRedisKilled(t *testing.T) {
 	ctx := context.Background()
 	// Healthy: decisions come from Redis (retry while a loaded machine
 	// still misses the 5 ms timeout now and then).
-	redistest.Eventually(t, 10*time.Second, func() error {
+	wait.Until(t, 10*time.Second, func() error {
 		d, err := p.s.Decide(ctx, map[string]string{"tenant": "warm"}, 1)
 		if err != nil || d.Fallback {
 			return errors.New("not from Redis yet")
@@ -112,7 +113,7 @@ func TestRedisKilled(t *testing.T) {
 	}
 
 	rs.Restart(t)
-	redistest.Eventually(t, 10*time.Second, func() error {
+	wait.Until(t, 10*time.Second, func() error {
 		d, err := p.s.Decide(ctx, map[string]string{"tenant": "t3"}, 1)
 		if err != nil || d.Fallback {
 			return errors.New("still in fallback")

@@ -12,7 +12,7 @@ import (
 	"github.com/allot-dev/allot/gcra/memstore"
 	"github.com/allot-dev/allot/internal/coordtest"
 	"github.com/allot-dev/allot/internal/etcdtest"
-	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/wait"
 	"github.com/allot-dev/allot/policy"
 )
 
@@ -34,14 +34,14 @@ func TestGrantAppliedAndLeaseLapse(t *testing.T) {
 		t.Fatal(err)
 	}
 	budget := func() *tenantEntry { return p.s.view.tenant("t9") }
-	redistest.Eventually(t, 5*time.Second, func() error {
+	wait.Until(t, 5*time.Second, func() error {
 		if budget().budget.Rate != 100 {
 			return errors.New("budget not mirrored yet")
 		}
 		return nil
 	})
 	// Several reports went out, none answered.
-	redistest.Eventually(t, 5*time.Second, func() error {
+	wait.Until(t, 5*time.Second, func() error {
 		if n := testutil.ToFloat64(p.s.m.reports.WithLabelValues("no_leader")); n < 2 {
 			return fmt.Errorf("%v reports found no leader, want 2", n)
 		}
@@ -56,7 +56,7 @@ func TestGrantAppliedAndLeaseLapse(t *testing.T) {
 
 	coord := coordtest.Start(t, coordtest.Fast(etcd.Client(t)))
 	// Traffic in us-east only: the leader grants it most of the budget.
-	redistest.Eventually(t, 15*time.Second, func() error {
+	wait.Until(t, 15*time.Second, func() error {
 		for range 20 {
 			if _, err := p.s.Decide(ctx, map[string]string{"tenant": "t9"}, 1); err != nil {
 				return err
@@ -77,7 +77,7 @@ func TestGrantAppliedAndLeaseLapse(t *testing.T) {
 	// enforces the leader's floor (10% of R over 2 regions).
 	coord.Stop()
 	start := time.Now()
-	redistest.Eventually(t, 5*time.Second, func() error {
+	wait.Until(t, 5*time.Second, func() error {
 		if r, _, leased := p.s.view.effective(time.Now(), budget()); leased || r != 5 {
 			return fmt.Errorf("still enforcing %v/s leased %v", r, leased)
 		}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/wait"
 )
 
 // leaseUnitsMetric reads allot_lease_units_total{limit,region="us-east",kind}.
@@ -61,7 +61,7 @@ func TestLeaseUnitsMetric(t *testing.T) {
 		t.Errorf("allot_lease_units_total{limit=user} = %v, want no series for a limit that is not leased", got)
 	}
 	// The pod's Run sweeps once per lease TTL (1 s).
-	redistest.Eventually(t, 10*time.Second, func() error {
+	wait.Until(t, 10*time.Second, func() error {
 		if got := leaseUnitsMetric(t, p.reg, "machine", "stranded"); got != 6 {
 			return fmt.Errorf("stranded = %v, want 6", got)
 		}

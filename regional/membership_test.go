@@ -12,6 +12,7 @@ import (
 	"github.com/allot-dev/allot/internal/etcdtest"
 	"github.com/allot-dev/allot/internal/membership"
 	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/wait"
 )
 
 // Two pods of one region see each other through memberlist; when one stops,
@@ -46,7 +47,7 @@ func TestMembershipFallbackShare(t *testing.T) {
 	}()
 	_, stopB, doneB := member("b", []string{ma.Addr()})
 
-	redistest.Eventually(t, 10*time.Second, func() error {
+	wait.Until(t, 10*time.Second, func() error {
 		if n := ma.LivePods(); n != 2 {
 			return fmt.Errorf("pod a sees %d pods", n)
 		}
@@ -101,7 +102,7 @@ func TestMembershipFallbackShare(t *testing.T) {
 	if err := <-doneB; err != nil {
 		t.Fatal(err)
 	}
-	redistest.Eventually(t, 10*time.Second, func() error {
+	wait.Until(t, 10*time.Second, func() error {
 		if n := ma.LivePods(); n != 1 {
 			return fmt.Errorf("pod a still sees %d pods", n)
 		}

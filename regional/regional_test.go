@@ -163,7 +163,7 @@ func startPodWith(t testing.TB, etcd *etcdtest.Server, store gcra.Store, adjust 
 	if _, err := st.ApplyPolicy(ctx, pol, 0, ""); err != nil {
 		t.Fatal(err)
 	}
-	redistest.Eventually(t, 10*time.Second, func() error {
+	wait.Until(t, 10*time.Second, func() error {
 		if !leader {
 			s.view.mu.RLock()
 			defer s.view.mu.RUnlock()
@@ -455,7 +455,7 @@ func TestRedisFailure(t *testing.T) {
 		t.Errorf("fallback decisions counted for login = %v, want %d", got, fallbackClosed)
 	}
 	rs.Resume(t)
-	redistest.Eventually(t, 10*time.Second, func() error {
+	wait.Until(t, 10*time.Second, func() error {
 		d, err := p.s.Decide(ctx, map[string]string{"tenant": "t3"}, 1)
 		if err != nil || d.Fallback {
 			return errors.New("still in fallback")

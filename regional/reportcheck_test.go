@@ -18,8 +18,8 @@ import (
 	"github.com/allot-dev/allot/coordinator"
 	"github.com/allot-dev/allot/gcra/memstore"
 	"github.com/allot-dev/allot/internal/etcdtest"
-	"github.com/allot-dev/allot/internal/redistest"
 	"github.com/allot-dev/allot/internal/state"
+	"github.com/allot-dev/allot/internal/wait"
 )
 
 // logBuffer is a slog destination tests can read while pods write to it.
@@ -78,7 +78,7 @@ func startLeader(t *testing.T, etcd *etcdtest.Server, adjust func(*coordinator.C
 			t.Errorf("coordinator Run: %v", err)
 		}
 	})
-	redistest.Eventually(t, 10*time.Second, func() error {
+	wait.Until(t, 10*time.Second, func() error {
 		st, err := coord.Status(ctx)
 		if err != nil || !st.IsLeader || st.LastRebalance == "" {
 			return fmt.Errorf("leader not ready: %+v, %w", st, err)
@@ -107,7 +107,7 @@ func TestShortLeaseWarned(t *testing.T) {
 		t.Fatal("pod ready before any leader answered it")
 	}
 	startLeader(t, etcd, nil)
-	redistest.Eventually(t, 15*time.Second, func() error {
+	wait.Until(t, 15*time.Second, func() error {
 		if n := testutil.ToFloat64(p.s.m.reports.WithLabelValues("accepted")); n < 3 {
 			return fmt.Errorf("%v reports accepted, want 3", n)
 		}
@@ -143,7 +143,7 @@ func TestLeaseOutlastsReportsNoWarning(t *testing.T) {
 		t.Fatal("pod ready before any leader answered it")
 	}
 	startLeader(t, etcd, nil)
-	redistest.Eventually(t, 15*time.Second, func() error {
+	wait.Until(t, 15*time.Second, func() error {
 		if n := testutil.ToFloat64(p.s.m.reports.WithLabelValues("accepted")); n < 3 {
 			return fmt.Errorf("%v reports accepted, want 3", n)
 		}
@@ -196,7 +196,7 @@ func TestReportToken(t *testing.T) {
 			if !c.leased {
 				result = "failed"
 			}
-			redistest.Eventually(t, 15*time.Second, func() error {
+			wait.Until(t, 15*time.Second, func() error {
 				if n := testutil.ToFloat64(p.s.m.reports.WithLabelValues(result)); n < 3 {
 					return fmt.Errorf("%v reports %s, want 3", n, result)
 				}

@@ -16,6 +16,7 @@ import (
 	"github.com/allot-dev/allot/gcra/pipeline"
 	"github.com/allot-dev/allot/gcra/redisstore"
 	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/wait"
 )
 
 func newRedis(tb testing.TB) (*redistest.Server, *redis.Client, *redisstore.Store) {
@@ -260,7 +261,7 @@ func TestCancelledCallerReturns(t *testing.T) {
 	}()
 	// Wait until the stuck call holds the only slot: a call with an
 	// already-short deadline then times out in the queue, not in Redis.
-	redistest.Eventually(t, 5*time.Second, func() error {
+	wait.Until(t, 5*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 		defer cancel()
 		_, err := p.Decide(ctx, req)

@@ -22,6 +22,7 @@ import (
 	"github.com/allot-dev/allot/gcra"
 	"github.com/allot-dev/allot/gcra/redisstore"
 	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/wait"
 )
 
 func limit(tb testing.TB, rate gcra.Rate, burst int64) gcra.Limit {
@@ -250,7 +251,7 @@ func TestIdleKeysExpire(t *testing.T) {
 	if pttl <= 0 || pttl > 601*time.Millisecond {
 		t.Fatalf("PTTL = %v, want in (0, 601ms]", pttl)
 	}
-	redistest.Eventually(t, 5*time.Second, func() error {
+	wait.Until(t, 5*time.Second, func() error {
 		n, err := c.Exists(ctx, "idle").Result()
 		if err != nil {
 			return err
@@ -510,7 +511,7 @@ func TestStalledRedis(t *testing.T) {
 		}
 	}
 	srv.Resume(t)
-	redistest.Eventually(t, 5*time.Second, func() error {
+	wait.Until(t, 5*time.Second, func() error {
 		_, err := st.Decide(context.Background(), req)
 		return err
 	})

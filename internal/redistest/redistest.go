@@ -309,7 +309,7 @@ func StartCluster(tb testing.TB) *Cluster {
 	}
 	for _, n := range c.Nodes {
 		n := n
-		Eventually(tb, StartTimeout, func() error {
+		wait.Until(tb, StartTimeout, func() error {
 			cl := redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1, PoolSize: 1})
 			defer cl.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -326,14 +326,6 @@ func StartCluster(tb testing.TB) *Cluster {
 		})
 	}
 	return c
-}
-
-// Eventually calls fn until it returns nil, failing tb with fn's last error
-// once timeout has passed. It polls with a short backoff; use it to wait on a
-// real system instead of sleeping.
-func Eventually(tb testing.TB, timeout time.Duration, fn func() error) {
-	tb.Helper()
-	wait.Until(tb, timeout, fn)
 }
 
 type syncWriter struct {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/allot-dev/allot/internal/wait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -30,7 +32,7 @@ func TestStartPauseResumeKill(t *testing.T) {
 		t.Fatalf("PING on a paused server = %v, want a timeout", err)
 	}
 	s.Resume(t)
-	Eventually(t, 5*time.Second, func() error { return c.Ping(ctx).Err() })
+	wait.Until(t, 5*time.Second, func() error { return c.Ping(ctx).Err() })
 
 	s.Kill()
 	if !s.Exited() {
@@ -47,20 +49,6 @@ func isTimeout(err error) bool {
 	return errors.As(err, &te) && te.Timeout()
 }
 
-func TestEventuallyReturnsOnSuccess(t *testing.T) {
-	n := 0
-	Eventually(t, time.Second, func() error {
-		n++
-		if n < 3 {
-			return errors.New("not yet")
-		}
-		return nil
-	})
-	if n != 3 {
-		t.Fatalf("fn called %d times, want 3", n)
-	}
-}
-
 func TestRestart(t *testing.T) {
 	s := Start(t)
 	c := s.Client(t)
@@ -73,7 +61,7 @@ func TestRestart(t *testing.T) {
 	if s.Addr != addr {
 		t.Fatalf("Restart moved the server from %s to %s", addr, s.Addr)
 	}
-	Eventually(t, 5*time.Second, func() error { return c.Ping(ctx).Err() })
+	wait.Until(t, 5*time.Second, func() error { return c.Ping(ctx).Err() })
 	if n, err := c.Exists(ctx, "k").Result(); err != nil || n != 0 {
 		t.Fatalf("EXISTS k after Restart = %d, %v; want an empty server", n, err)
 	}
