@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/allot-dev/allot/client"
 	allotv1 "github.com/allot-dev/allot/proto/allot/v1"
 )
 
@@ -171,5 +172,13 @@ func TestDecideBatchIndependent(t *testing.T) {
 	d, err := p.s.Decide(context.Background(), map[string]string{"tenant": "i1"}, 3)
 	if err != nil || d.Allowed {
 		t.Errorf("i1's full burst again after the batch = %+v, %v; want denied (the batch charged it)", d, err)
+	}
+}
+
+// Forward-auth reads the headers the Go client's middleware and FromHeaders
+// write: one prefix.
+func TestHeaderPrefixMatchesClient(t *testing.T) {
+	if DefaultHeaderPrefix != client.DefaultHeaderPrefix {
+		t.Fatalf("regional.DefaultHeaderPrefix %q, client.DefaultHeaderPrefix %q", DefaultHeaderPrefix, client.DefaultHeaderPrefix)
 	}
 }

@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/allot-dev/allot/client"
 	allotv1 "github.com/allot-dev/allot/proto/allot/v1"
+	"github.com/allot-dev/allot/ratelimitfields"
 )
 
 // maxBatch bounds DecideBatch and the descriptors of one RLS request.
@@ -264,10 +264,7 @@ func rlsError(i int, err error) error {
 // are none.
 func rlsHeaders(d *Decision) []*corev3.HeaderValue {
 	var hs []*corev3.HeaderValue
-	if pol, rl, ok := client.RateLimitFields(client.Decision{
-		Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter,
-		Limit: d.Limit, Quota: d.Quota, Window: d.Window,
-	}); ok {
+	if pol, rl, ok := ratelimitfields.Values(fields(d)); ok {
 		hs = make([]*corev3.HeaderValue, 0, 3)
 		hs = append(hs, header("RateLimit-Policy", pol), header("RateLimit", rl))
 	}

@@ -13,13 +13,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/allot-dev/allot/client"
+	"github.com/allot-dev/allot/ratelimitfields"
 )
 
 // DefaultHeaderPrefix is where forward-auth reads descriptors from:
 // X-Allot-Tenant: t42 is the descriptor tenant=t42, X-Allot-Api-Key: k is
 // api_key=k (lower case, dashes as underscores). X-Allot-Cost is the cost.
-const DefaultHeaderPrefix = client.DefaultHeaderPrefix
+const DefaultHeaderPrefix = "X-Allot-"
 
 // decideRequest is the body of POST /v1/decide.
 type decideRequest struct {
@@ -175,14 +175,17 @@ func descriptorName(h string) string { return strings.ReplaceAll(strings.ToLower
 
 // setRateLimitHeaders sets the RateLimit and RateLimit-Policy fields of
 // draft-ietf-httpapi-ratelimit-headers-10 for d, with the one definition of
-// their syntax (client.SetRateLimitHeaders): the policy advertises the
+// their syntax (package ratelimitfields): the policy advertises the
 // limiting limit's quota per window (the global budget for budget limits),
 // RateLimit its remaining units in this region and the seconds until more.
-func setRateLimitHeaders(h http.Header, d Decision) {
-	client.SetRateLimitHeaders(h, client.Decision{
+func setRateLimitHeaders(h http.Header, d Decision) { ratelimitfields.Set(h, fields(&d)) }
+
+// fields is what the RateLimit fields say of d.
+func fields(d *Decision) ratelimitfields.Decision {
+	return ratelimitfields.Decision{
 		Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter,
 		Limit: d.Limit, Quota: d.Quota, Window: d.Window,
-	})
+	}
 }
 
 func (s *Service) forwardAuth(w http.ResponseWriter, r *http.Request, prefix string) {
