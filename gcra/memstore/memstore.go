@@ -178,7 +178,8 @@ func (s *Store) Decide(ctx context.Context, reqs []gcra.Request) (gcra.Decision,
 // decideAll decides reqs all or nothing at now and returns the decision and,
 // when allowed, the states written.
 func (s *Store) decideAll(reqs []gcra.Request, now int64) (gcra.Decision, []gcra.State) {
-	idx, locked := s.lockShards(reqs)
+	var ib, ob [4]int
+	idx, locked := s.lockShards(reqs, ib[:], ob[:])
 	defer s.unlockShards(locked)
 	items := make([]gcra.Item, len(reqs))
 	var fresh []bool
@@ -335,7 +336,7 @@ func (s *Store) Settle(ctx context.Context, key string, actual int64) (gcra.Sett
 		}
 	}
 	delete(s.res, key)
-	idx, locked := s.lockShards(r.reqs)
+	idx, locked := s.lockShards(r.reqs, nil, nil)
 	defer s.unlockShards(locked)
 	for i, q := range r.reqs {
 		sh := &s.shards[idx[i]]
@@ -357,7 +358,7 @@ func (s *Store) Charge(ctx context.Context, reqs []gcra.Request) error {
 		return err
 	}
 	now := s.clock().UnixMicro()
-	idx, locked := s.lockShards(reqs)
+	idx, locked := s.lockShards(reqs, nil, nil)
 	defer s.unlockShards(locked)
 	for i, q := range reqs {
 		sh := &s.shards[idx[i]]
@@ -370,13 +371,15 @@ func (s *Store) Charge(ctx context.Context, reqs []gcra.Request) error {
 }
 
 // lockShards locks the shards of reqs' keys, each once, in index order, and
-// returns each request's shard and the shards locked (for unlockShards).
-func (s *Store) lockShards(reqs []gcra.Request) (idx, locked []int) {
-	idx = make([]int, len(reqs))
+// returns each request's shard and the shards locked (for unlockShards),
+// in idx and order (reused when large enough: callers pass arrays on their
+// stack).
+func (s *Store) lockShards(reqs []gcra.Request, idx, order []int) ([]int, []int) {
+	idx = idx[:0]
 	for i := range reqs {
-		idx[i] = s.shardOf(reqs[i].Key)
+		idx = append(idx, s.shardOf(reqs[i].Key))
 	}
-	order := append([]int(nil), idx...)
+	order = append(order[:0], idx...)
 	sort.Ints(order)
 	order = slices.Compact(order)
 	for _, i := range order {
