@@ -1,7 +1,6 @@
 package proxies
 
 import (
-	"context"
 	"io"
 	"net"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/allot-dev/allot/internal/dev"
+	"github.com/allot-dev/allot/internal/devtest"
 	"github.com/allot-dev/allot/internal/wait"
 )
 
@@ -24,24 +24,7 @@ func startBackends(t *testing.T) (allot, app string) {
 	t.Helper()
 	cfg := dev.DefaultConfig()
 	cfg.Regions, cfg.HTTPListen = []string{"us-east"}, "127.0.0.1:0"
-	ctx, cancel := context.WithCancel(context.Background())
-	started := make(chan *dev.Cluster, 1)
-	done := make(chan error, 1)
-	go func() { done <- dev.Run(ctx, cfg, func(c *dev.Cluster) { started <- c }) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("allot dev: %v", err)
-		}
-	})
-	var cl *dev.Cluster
-	select {
-	case cl = <-started:
-	case err := <-done:
-		t.Fatalf("allot dev: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("allot dev did not start in 30 s")
-	}
+	cl := devtest.Start(t, cfg)
 	pod := httptest.NewServer(cl.Regions[0].Service.Handler(nil, ""))
 	t.Cleanup(pod.Close)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

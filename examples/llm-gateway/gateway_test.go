@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/allot-dev/allot/client"
 	"github.com/allot-dev/allot/internal/dev"
+	"github.com/allot-dev/allot/internal/devtest"
 )
 
 // startAllot runs allot dev (one region, this example's policy) and returns
@@ -27,24 +27,7 @@ func startAllot(t *testing.T) *client.Client {
 	}
 	cfg := dev.DefaultConfig()
 	cfg.Regions, cfg.Policy, cfg.HTTPListen = []string{"us-east"}, string(pol), "127.0.0.1:0"
-	ctx, cancel := context.WithCancel(context.Background())
-	started := make(chan *dev.Cluster, 1)
-	done := make(chan error, 1)
-	go func() { done <- dev.Run(ctx, cfg, func(c *dev.Cluster) { started <- c }) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("allot dev: %v", err)
-		}
-	})
-	var cl *dev.Cluster
-	select {
-	case cl = <-started:
-	case err := <-done:
-		t.Fatalf("allot dev: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("allot dev did not start in 30 s")
-	}
+	cl := devtest.Start(t, cfg)
 	c, err := client.New(client.Config{Target: cl.Regions[0].GRPCAddr, Insecure: true, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
