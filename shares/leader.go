@@ -278,6 +278,7 @@ type Leader struct {
 	sum      []Usage // by tenant index
 	seen     []bool
 	touched  []int32
+	podIDs   []string // (see podOrder)
 	use      []Usage
 	steps    []int32 // the tenants the report being taken marks as steps
 	// lastStep: when a step last rebalanced each tenant (within
@@ -936,9 +937,11 @@ func (l *Leader) join(t string) (int, bool) {
 // report, and to the region's other pods with their next.
 func (l *Leader) stepNow(i int, now time.Time) {
 	reg := &l.regs[i]
+	pods := l.podOrder(reg)
 	for _, k := range l.steps {
 		var x Usage
-		for _, pu := range reg.latest {
+		for _, id := range pods {
+			pu := reg.latest[id]
 			if now.Sub(pu.at) > 3*l.cfg.Interval {
 				continue
 			}
@@ -1050,7 +1053,8 @@ func (l *Leader) grow() {
 func (l *Leader) regionSum(reg *leaderRegion, now time.Time) []int32 {
 	l.grow()
 	l.touched = l.touched[:0]
-	for id, pu := range reg.latest {
+	for _, id := range l.podOrder(reg) {
+		pu := reg.latest[id]
 		if now.Sub(pu.at) > 3*l.cfg.Interval {
 			delete(reg.latest, id)
 			continue
@@ -1083,6 +1087,18 @@ func (l *Leader) regionSum(reg *leaderRegion, now time.Time) []int32 {
 		slices.Sort(l.touched)
 	}
 	return l.touched
+}
+
+// podOrder returns the pods of reg.latest in name order, in a buffer the
+// next call reuses: sums over pods are then made in one order, so that the
+// same reports make the same floating-point demand, and the same grants.
+func (l *Leader) podOrder(reg *leaderRegion) []string {
+	l.podIDs = l.podIDs[:0]
+	for id := range reg.latest {
+		l.podIDs = append(l.podIDs, id)
+	}
+	slices.Sort(l.podIDs)
+	return l.podIDs
 }
 
 // used records that a pod reported tenant k's traffic (or grant) at now.

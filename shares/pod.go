@@ -1,6 +1,10 @@
 package shares
 
-import "time"
+import (
+	"slices"
+	"strings"
+	"time"
+)
 
 // Pod is one regional pod's side of the protocol, pure: the grants the
 // leader's answers carried, the lease, the cold floor and the fail-open
@@ -58,6 +62,9 @@ func (p *Pod) Held() []Entry {
 	for t, g := range p.grants {
 		out = append(out, Entry{Tenant: t, Grant: g})
 	}
+	// In tenant order: a leader that meets these tenants first numbers them
+	// in this order, and the same reports must make the same epochs.
+	slices.SortFunc(out, func(a, b Entry) int { return strings.Compare(a.Tenant, b.Tenant) })
 	if len(out) == 0 {
 		out = []Entry{}
 	}
