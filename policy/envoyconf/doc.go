@@ -25,8 +25,10 @@
 //
 // Each limit is enforced by GCRA: requests_per_unit N per unit becomes the
 // rate N per unit with a burst of N (month: 30 days, year: 365 days, as that
-// service counts them). docs/envoy-ratelimit.md lists how this differs from
-// the fixed windows of the original.
+// service counts them). Unlike the original's fixed windows, no window
+// boundary lets through twice the limit, and a denied request costs
+// nothing; a limit above one unit per microsecond is rejected (GCRA keeps
+// time in microseconds).
 //
 // The package is pure: no I/O, no clock; a Config is immutable and safe for
 // concurrent use.

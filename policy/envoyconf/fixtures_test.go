@@ -37,7 +37,8 @@ func envoyDir(t *testing.T) string {
 		out, err := cmd.Output()
 		if err != nil {
 			moduleErr = err
-			if ee, ok := err.(*exec.ExitError); ok {
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
 				moduleErr = errors.New(string(ee.Stderr) + string(out))
 			}
 			return

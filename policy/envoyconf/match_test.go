@@ -1,6 +1,7 @@
 package envoyconf_test
 
 import (
+	"errors"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -226,8 +227,8 @@ func TestParseErrors(t *testing.T) {
 		if err == nil {
 			_, err = envoyconf.Build([]*envoyconf.File{f}, false)
 		}
-		fe, ok := err.(*envoyconf.FieldError)
-		if !ok || fe.Field != tc.field || !strings.Contains(fe.Msg, tc.msg) || fe.Line == 0 {
+		var fe *envoyconf.FieldError
+		if !errors.As(err, &fe) || fe.Field != tc.field || !strings.Contains(fe.Msg, tc.msg) || fe.Line == 0 {
 			t.Errorf("%q: got %v, want field %q, %q, a line", tc.yaml, err, tc.field, tc.msg)
 		}
 	}
@@ -271,7 +272,8 @@ func FuzzParseFile(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		file, err := envoyconf.ParseFile("f.yaml", data)
 		if err != nil {
-			if _, ok := err.(*envoyconf.FieldError); !ok {
+			var fe *envoyconf.FieldError
+			if !errors.As(err, &fe) {
 				t.Fatalf("%T: %v", err, err)
 			}
 			return
