@@ -3,9 +3,10 @@ package envoyconf
 import (
 	"errors"
 	"fmt"
+	"iter"
+	"maps"
 	"math"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -151,8 +152,7 @@ func ParseFile(name string, data []byte) (*File, error) {
 		if err := p.checkKeys(root, ""); err != nil {
 			return nil, err
 		}
-		for i := 0; i < len(root.Content); i += 2 {
-			k, v := root.Content[i], root.Content[i+1]
+		for k, v := range pairs(root) {
 			var err error
 			switch k.Value {
 			case "domain":
@@ -187,6 +187,17 @@ func (p *parser) errf(n *yaml.Node, field, format string, args ...any) error {
 	return &FieldError{File: p.file, Line: line, Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
+// pairs yields a mapping node's keys and values.
+func pairs(n *yaml.Node) iter.Seq2[*yaml.Node, *yaml.Node] {
+	return func(yield func(k, v *yaml.Node) bool) {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if !yield(n.Content[i], n.Content[i+1]) {
+				return
+			}
+		}
+	}
+}
+
 func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }
 
 func kindName(n *yaml.Node) string {
@@ -209,8 +220,7 @@ func (p *parser) checkKeys(n *yaml.Node, path string) error {
 	case yaml.AliasNode:
 		return p.checkKeys(n.Alias, path)
 	case yaml.MappingNode:
-		for i := 0; i < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
+		for k, v := range pairs(n) {
 			if k.Kind != yaml.ScalarNode || k.Tag != "!!str" {
 				return p.errf(k, path, "config error, key is not of type string: %s", k.Value)
 			}
@@ -242,14 +252,7 @@ func (p *parser) checkKeys(n *yaml.Node, path string) error {
 	return nil
 }
 
-func sortedKeys() []string {
-	out := make([]string, 0, len(validKeys))
-	for k := range validKeys {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
+func sortedKeys() []string { return slices.Sorted(maps.Keys(validKeys)) }
 
 func join(path, k string) string {
 	if path == "" {
@@ -293,8 +296,7 @@ func (p *parser) descriptors(n *yaml.Node, path string) ([]descriptor, error) {
 	for i, e := range n.Content {
 		field := fmt.Sprintf("%s[%d]", path, i)
 		d := descriptor{line: e.Line, field: field}
-		for j := 0; j < len(e.Content); j += 2 {
-			k, v := e.Content[j], e.Content[j+1]
+		for k, v := range pairs(e) {
 			f := field + "." + k.Value
 			var err error
 			switch k.Value {
@@ -345,8 +347,7 @@ func (p *parser) rateLimit(n *yaml.Node, path string) (*Limit, error) {
 	}
 	var unit string
 	var unitLine *yaml.Node
-	for i := 0; i < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
+	for k, v := range pairs(n) {
 		f := path + "." + k.Value
 		var err error
 		switch k.Value {
@@ -419,8 +420,7 @@ func (p *parser) replaces(n *yaml.Node, path string) ([]string, error) {
 	out := make([]string, 0, len(n.Content))
 	for i, e := range n.Content {
 		var name string
-		for j := 0; j < len(e.Content); j += 2 {
-			k, v := e.Content[j], e.Content[j+1]
+		for k, v := range pairs(e) {
 			f := fmt.Sprintf("%s[%d].%s", path, i, k.Value)
 			if k.Value != "name" {
 				return nil, p.errf(k, f, "not a field of a replaces entry (want name)")
@@ -444,14 +444,7 @@ type Config struct {
 }
 
 // Domains returns the domains, sorted.
-func (c *Config) Domains() []string {
-	out := make([]string, 0, len(c.domains))
-	for d := range c.domains {
-		out = append(out, d)
-	}
-	sort.Strings(out)
-	return out
-}
+func (c *Config) Domains() []string { return slices.Sorted(maps.Keys(c.domains)) }
 
 // HasDomain reports whether the config holds domain.
 func (c *Config) HasDomain(domain string) bool {
@@ -608,13 +601,13 @@ func Replaced(limits []*Limit) []bool {
 		return nil
 	}
 	out := make([]bool, len(limits))
-	any := false
+	some := false
 	for i, l := range limits {
 		if l != nil && l.Name != "" && slices.Contains(names, l.Name) {
-			out[i], any = true, true
+			out[i], some = true, true
 		}
 	}
-	if !any {
+	if !some {
 		return nil
 	}
 	return out

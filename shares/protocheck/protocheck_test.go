@@ -25,36 +25,25 @@ var (
 func runSeeds(n int, opt protocheck.Options) (fails []protocheck.Result, total protocheck.Result) {
 	opt.NoTrace = true
 	var mu sync.Mutex
-	var wg sync.WaitGroup
-	next := make(chan uint64)
-	for range runtime.GOMAXPROCS(0) {
-		wg.Go(func() {
-			for s := range next {
-				r := protocheck.Run(s, opt)
-				mu.Lock()
-				total.Events += r.Events
-				total.Reports += r.Reports
-				total.Rejected += r.Rejected
-				total.Terms += r.Terms
-				total.Faults += r.Faults
-				total.Forgotten += r.Forgotten
-				total.Renewals += r.Renewals
-				total.Pushes += r.Pushes
-				total.Steps += r.Steps
-				total.EarlyEnds += r.EarlyEnds
-				total.PeakRatio = max(total.PeakRatio, r.PeakRatio)
-				if r.Violation != nil {
-					fails = append(fails, r)
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	for s := range uint64(n) {
-		next <- *from + s
-	}
-	close(next)
-	wg.Wait()
+	forSeeds(*from, n, func(s uint64) {
+		r := protocheck.Run(s, opt)
+		mu.Lock()
+		total.Events += r.Events
+		total.Reports += r.Reports
+		total.Rejected += r.Rejected
+		total.Terms += r.Terms
+		total.Faults += r.Faults
+		total.Forgotten += r.Forgotten
+		total.Renewals += r.Renewals
+		total.Pushes += r.Pushes
+		total.Steps += r.Steps
+		total.EarlyEnds += r.EarlyEnds
+		total.PeakRatio = max(total.PeakRatio, r.PeakRatio)
+		if r.Violation != nil {
+			fails = append(fails, r)
+		}
+		mu.Unlock()
+	})
 	for i := range fails {
 		for j := i + 1; j < len(fails); j++ {
 			if fails[j].Events < fails[i].Events {
@@ -113,21 +102,28 @@ func TestSeedsReplay(t *testing.T) {
 	if *replayFrom != 0 {
 		first, n = *replayFrom, *replaySeeds
 	}
+	forSeeds(first, n, func(s uint64) {
+		a, b := protocheck.Run(s, protocheck.Options{}), protocheck.Run(s, protocheck.Options{})
+		if a.Events != b.Events || len(a.Trace) != len(b.Trace) {
+			t.Errorf("seed %d: %d events then %d", s, a.Events, b.Events)
+		}
+		for i := range min(len(a.Trace), len(b.Trace)) {
+			if a.Trace[i] != b.Trace[i] {
+				t.Errorf("seed %d diverges at event %d:\n%s\n%s", s, i, a.Trace[i], b.Trace[i])
+				break
+			}
+		}
+	})
+}
+
+// forSeeds calls fn for the n seeds from first, on every processor.
+func forSeeds(first uint64, n int, fn func(seed uint64)) {
 	var wg sync.WaitGroup
 	next := make(chan uint64)
 	for range runtime.GOMAXPROCS(0) {
 		wg.Go(func() {
 			for s := range next {
-				a, b := protocheck.Run(s, protocheck.Options{}), protocheck.Run(s, protocheck.Options{})
-				if a.Events != b.Events || len(a.Trace) != len(b.Trace) {
-					t.Errorf("seed %d: %d events then %d", s, a.Events, b.Events)
-				}
-				for i := range min(len(a.Trace), len(b.Trace)) {
-					if a.Trace[i] != b.Trace[i] {
-						t.Errorf("seed %d diverges at event %d:\n%s\n%s", s, i, a.Trace[i], b.Trace[i])
-						break
-					}
-				}
+				fn(s)
 			}
 		})
 	}
