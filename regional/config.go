@@ -25,7 +25,9 @@ type Config struct {
 	// the same round trip.
 	Store gcra.Store
 	// Etcd is the client to the etcd holding policy, budgets and grants.
-	// Required.
+	// Without it the Service is standalone: it has no policy and answers
+	// only RLS requests, from envoyproxy/ratelimit configurations
+	// (SetEnvoyConfig); its other APIs answer ErrNotReady.
 	Etcd *clientv3.Client
 	// Prefix is allot's key prefix in etcd (default /allot/v1/).
 	Prefix string
@@ -111,8 +113,6 @@ func (c Config) Validate() error {
 		return errors.New("regional config: Region: required")
 	case c.Store == nil:
 		return errors.New("regional config: Store: required")
-	case c.Etcd == nil:
-		return errors.New("regional config: Etcd: required")
 	case c.StoreTimeout <= 0:
 		return fmt.Errorf("regional config: StoreTimeout: %v: must be positive", c.StoreTimeout)
 	case c.SettleTTL < time.Second || c.SettleTTL > 24*time.Hour:

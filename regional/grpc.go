@@ -127,7 +127,9 @@ func badRequestAt(i int, err error) error {
 // key/value entries) is one allot request whose descriptors are its entries;
 // hits_addend is the cost. The answer is OVER_LIMIT when any descriptor is,
 // with duration_until_reset, the RateLimit fields and Retry-After as headers.
-// The domain is not used: allot's policy is global.
+// The domain is not used: allot's policy is global. A request whose domain
+// an envoyproxy/ratelimit configuration holds (SetEnvoyConfig) is answered
+// from that configuration instead, as that service would.
 type rlsAPI struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	s *Service
@@ -141,6 +143,12 @@ type rlsAPI struct {
 // fails the call after the others were decided, as one by one would have
 // decided those before it.
 func (a rlsAPI) ShouldRateLimit(ctx context.Context, r *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if t := a.s.envoy.Load(); t != nil && (t.opts.Only || t.cfg.HasDomain(r.GetDomain())) {
+		return a.s.envoyRateLimit(ctx, t, r)
+	}
+	if a.s.cfg.Etcd == nil {
+		return nil, status.Error(codes.Unavailable, "no rate limit configuration loaded yet")
+	}
 	descs := r.GetDescriptors()
 	if len(descs) == 0 {
 		return nil, GRPCError(badRequest("descriptors: missing"))

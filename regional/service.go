@@ -52,6 +52,10 @@ type Service struct {
 	failLogged map[string]time.Time
 
 	warm atomic.Bool // the store answered once (or warmUp gave up)
+
+	// envoy answers RLS requests from envoyproxy/ratelimit's configuration
+	// (SetEnvoyConfig); nil: none.
+	envoy atomic.Pointer[envoyTable]
 }
 
 // New validates cfg and builds a Service. Run starts it.
@@ -126,8 +130,14 @@ func New(cfg Config) (*Service, error) {
 func (s *Service) Pod() string { return s.cfg.Pod }
 
 // Ready reports whether the pod has its policy and has synced its grants:
-// until then it cannot decide.
-func (s *Service) Ready() bool { return s.warm.Load() && s.view.ready() }
+// until then it cannot decide. Without etcd, it is ready once it holds an
+// envoyproxy/ratelimit configuration.
+func (s *Service) Ready() bool {
+	if s.cfg.Etcd == nil {
+		return s.warm.Load() && s.envoy.Load() != nil
+	}
+	return s.warm.Load() && s.view.ready()
+}
 
 // warmUp makes one decision on a private key before the pod reports ready,
 // so that the store's connections are open and the script is loaded when
@@ -160,6 +170,14 @@ func (s *Service) warmUp(ctx context.Context) {
 // coarse clock, until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
+	if s.cfg.Etcd == nil {
+		// Standalone: envoyproxy/ratelimit configurations only, no policy,
+		// no coordinator.
+		g.Go(func() error { return ignoreCtx(s.local.Run(ctx)) })
+		g.Go(func() error { s.warmUp(ctx); return nil })
+		g.Go(func() error { return s.leases.Run(ctx) })
+		return g.Wait()
+	}
 	logErr := func(what string) func(error) {
 		return func(err error) { s.log.Warn("etcd "+what+" resync", "err", err) }
 	}

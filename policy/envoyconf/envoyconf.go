@@ -440,7 +440,7 @@ func (p *parser) replaces(n *yaml.Node, path string) ([]string, error) {
 type Config struct {
 	domains map[string]*node
 	files   []string
-	limits  int
+	all     []*Limit
 }
 
 // Domains returns the domains, sorted.
@@ -456,7 +456,11 @@ func (c *Config) HasDomain(domain string) bool {
 func (c *Config) Files() []string { return c.files }
 
 // Limits returns how many rate limits the config holds.
-func (c *Config) Limits() int { return c.limits }
+func (c *Config) Limits() int { return len(c.all) }
+
+// All returns the config's rate limits, in file order. The caller must
+// not change them.
+func (c *Config) All() []*Limit { return c.all }
 
 // Build joins files into a Config. A domain in more than one file is an
 // error unless merge is set (the original's MERGE_DOMAIN_CONFIG): its
@@ -501,7 +505,7 @@ func (c *Config) load(f *File, n *node, parent string, descs []descriptor) error
 		if l := d.limit; l != nil {
 			l.Path, l.Shadow, l.Quota, l.DetailedMetric = full, d.shadow, d.quota, d.detailed
 			child.limit = l
-			c.limits++
+			c.all = append(c.all, l)
 		}
 		if d.share {
 			child.share, child.pattern = true, k

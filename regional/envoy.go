@@ -1,0 +1,390 @@
+package regional
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/allot-dev/allot/gcra"
+	"github.com/allot-dev/allot/gcra/keys"
+	"github.com/allot-dev/allot/policy"
+	"github.com/allot-dev/allot/policy/envoyconf"
+)
+
+// EnvoyOptions are the settings of envoyproxy/ratelimit that shape how the
+// RLS API answers from an envoyconf configuration.
+type EnvoyOptions struct {
+	// ShadowMode answers OK whatever the limits decide (its SHADOW_MODE):
+	// decisions are still made and counted.
+	ShadowMode bool
+	// Only answers every RLS request from the configuration, never from
+	// allot's policy: a domain the configuration does not hold has no
+	// limits (every descriptor OK), as in the original service. Without
+	// it, only the configuration's domains are answered from it and the
+	// others from the policy. A Service without etcd always behaves so.
+	Only bool
+	// Headers adds the original's limit headers to every answer with a
+	// limit (its LIMIT_RESPONSE_HEADERS_ENABLED), for the descriptor
+	// closest to its limit: LimitHeader (requests per unit),
+	// RemainingHeader and ResetHeader (whole seconds until the limit is
+	// fully rested). Empty names take the original's defaults,
+	// RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset.
+	Headers                                   bool
+	LimitHeader, RemainingHeader, ResetHeader string
+	// FailClosed denies while the store is unavailable; otherwise each
+	// limit fails open through a local limiter at its rate divided by the
+	// region's live pods.
+	FailClosed bool
+}
+
+// Envoy answer limits: a request beyond them is refused as malformed.
+const (
+	maxEnvoyEntries = 64
+	maxEnvoyValue   = 4096
+)
+
+// envoyTable is a loaded configuration, compiled for the decide path.
+// It is immutable.
+type envoyTable struct {
+	cfg    *envoyconf.Config
+	opts   EnvoyOptions
+	limits map[*envoyconf.Limit]*envoyLimit
+}
+
+// envoyLimit is one limit of a configuration, ready to decide.
+type envoyLimit struct {
+	src *envoyconf.Limit // nil for a request's own limit
+	rl  policy.ResolvedLimit
+	lc  limitCache
+	// admits is false for requests_per_unit 0: every hit is over.
+	admits bool
+	// current is the limit as RLS statuses carry it (shared, read-only).
+	current *rlsv3.RateLimitResponse_RateLimit
+}
+
+func newEnvoyLimit(src *envoyconf.Limit, name string, rpu uint32, unit string, failClosed bool) (*envoyLimit, error) {
+	period, ok := envoyconf.UnitPeriod(unit)
+	if !ok {
+		return nil, fmt.Errorf("unit %q: want SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR", unit)
+	}
+	el := &envoyLimit{
+		src: src,
+		rl: policy.ResolvedLimit{
+			Name: name, Rate: gcra.Rate{Count: int64(rpu), Period: period}, Burst: int64(rpu), FailClosed: failClosed,
+		},
+		current: &rlsv3.RateLimitResponse_RateLimit{
+			RequestsPerUnit: rpu,
+			Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(rlsv3.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(unit)]),
+		},
+	}
+	if src != nil {
+		el.current.Name = src.Name
+	}
+	if rpu > 0 {
+		lim, err := gcra.NewLimit(el.rl.Rate, el.rl.Burst)
+		if err != nil {
+			return nil, err
+		}
+		el.lc.lim, el.admits = lim, true
+	}
+	return el, nil
+}
+
+// SetEnvoyConfig makes the RLS API answer from cfg (envoyproxy/ratelimit's
+// configuration) as that service would, each limit enforced by GCRA in this
+// region's store; nil stops it. It replaces the configuration at once:
+// decisions in flight finish with the one they started with. Counters are
+// keyed by domain and descriptor entries, so a limit that keeps its
+// entries keeps its state across configurations.
+func (s *Service) SetEnvoyConfig(cfg *envoyconf.Config, opts EnvoyOptions) error {
+	if cfg == nil {
+		s.envoy.Store(nil)
+		return nil
+	}
+	if s.cfg.Etcd == nil {
+		opts.Only = true
+	}
+	if opts.LimitHeader == "" {
+		opts.LimitHeader = "RateLimit-Limit"
+	}
+	if opts.RemainingHeader == "" {
+		opts.RemainingHeader = "RateLimit-Remaining"
+	}
+	if opts.ResetHeader == "" {
+		opts.ResetHeader = "RateLimit-Reset"
+	}
+	t := &envoyTable{cfg: cfg, opts: opts, limits: map[*envoyconf.Limit]*envoyLimit{}}
+	for _, l := range cfg.All() {
+		if l.Unlimited {
+			continue
+		}
+		el, err := newEnvoyLimit(l, l.Path, l.RequestsPerUnit, l.Unit, opts.FailClosed)
+		if err != nil {
+			return fmt.Errorf("%s:%d: limit %s: %w", l.File, l.Line, l.Path, err)
+		}
+		t.limits[l] = el
+	}
+	s.envoy.Store(t)
+	return nil
+}
+
+// EnvoyConfig returns the configuration SetEnvoyConfig set (nil: none).
+func (s *Service) EnvoyConfig() *envoyconf.Config {
+	if t := s.envoy.Load(); t != nil {
+		return t.cfg
+	}
+	return nil
+}
+
+// envoyDescriptor is one descriptor of an RLS request on the envoy path.
+type envoyDescriptor struct {
+	lim       *envoyLimit // nil: no limit applies
+	unlimited bool
+	key       string
+	cost      int64
+	// dec is the decision; decided is set once it is made.
+	dec     Decision
+	decided bool
+}
+
+// envoyRateLimit answers an RLS request from t, following envoyproxy/
+// ratelimit's service: each descriptor is matched and counted on its own;
+// unlimited descriptors answer OK with the largest remaining; replaced
+// limits and descriptors without a limit answer OK; a descriptor's own
+// limit (Envoy's descriptor override) is used when the domain is known;
+// hits_addend of a descriptor (0 allowed: check only) else of the request
+// (at least 1) is the cost; shadow_mode and quota_mode limits never make
+// the answer OVER_LIMIT, nor does ShadowMode.
+func (s *Service) envoyRateLimit(ctx context.Context, t *envoyTable, r *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	domain := r.GetDomain()
+	if domain == "" {
+		return nil, status.Error(codes.InvalidArgument, "domain: must not be empty")
+	}
+	descs := r.GetDescriptors()
+	if len(descs) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "descriptors: missing: want at least one")
+	}
+	if len(descs) > maxBatch {
+		return nil, status.Errorf(codes.InvalidArgument, "descriptors: %d, at most %d", len(descs), maxBatch)
+	}
+	known := t.cfg.HasDomain(domain)
+	reqCost := max(1, int64(r.GetHitsAddend()))
+	ds := make([]envoyDescriptor, len(descs))
+	var srcs []*envoyconf.Limit // the matched limits, for replaces
+	var entries []envoyconf.Entry
+	for i, desc := range descs {
+		es := desc.GetEntries()
+		if len(es) > maxEnvoyEntries {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d].entries: %d, at most %d", i, len(es), maxEnvoyEntries)
+		}
+		entries = entries[:0]
+		for j, e := range es {
+			if len(e.GetKey())+len(e.GetValue()) > maxEnvoyValue {
+				return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d].entries[%d]: key and value %d bytes, at most %d", i, j, len(e.GetKey())+len(e.GetValue()), maxEnvoyValue)
+			}
+			entries = append(entries, envoyconf.Entry{Key: e.GetKey(), Value: e.GetValue()})
+		}
+		d := &ds[i]
+		d.cost = reqCost
+		if h := desc.GetHitsAddend(); h != nil {
+			d.cost = int64(h.GetValue())
+		}
+		if !known {
+			continue
+		}
+		if ov := desc.GetLimit(); ov != nil {
+			unit := rlsv3.RateLimitResponse_RateLimit_Unit(ov.GetUnit()).String()
+			el, err := newEnvoyLimit(nil, overridePath(domain, entries), ov.GetRequestsPerUnit(), unit, t.opts.FailClosed)
+			if err != nil {
+				return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d].limit: %v", i, err)
+			}
+			d.lim, d.key = el, envoyKey(domain, entries)
+			continue
+		}
+		m, ok := t.cfg.Match(domain, entries)
+		if !ok {
+			continue
+		}
+		if srcs == nil {
+			srcs = make([]*envoyconf.Limit, len(descs))
+		}
+		srcs[i] = m.Limit
+		if m.Limit.Unlimited {
+			d.unlimited = true
+			continue
+		}
+		d.lim, d.key = t.limits[m.Limit], envoyKey(domain, m.Entries)
+	}
+	for i, gone := range envoyconf.Replaced(srcs) {
+		if gone {
+			ds[i].lim = nil
+		}
+	}
+	s.envoyDecide(ctx, ds)
+	return t.answer(ds), nil
+}
+
+// envoyDecide decides every descriptor with a limit: those the store must
+// count in one round trip, each on its own (not all or nothing), each
+// falling back by its on_failure when the store fails for it.
+func (s *Service) envoyDecide(ctx context.Context, ds []envoyDescriptor) {
+	var batch [][]gcra.Request
+	var owners []int
+	for i := range ds {
+		d := &ds[i]
+		el := d.lim
+		if el == nil {
+			continue
+		}
+		switch {
+		case !el.admits || d.cost > el.rl.Burst:
+			// Over the limit whatever the store holds: a limit of 0, or a
+			// cost above the burst (the original counts it over, too).
+			d.dec, d.decided = Decision{Limit: el.rl.Name, RetryAfter: el.rl.Rate.Period}, true
+		case d.cost == 0:
+			// Check only. A denied request costs nothing here, so no key
+			// is ever beyond its limit: a check is always within it. Its
+			// remaining is not known (the store is not asked).
+			d.dec, d.decided = Decision{Allowed: true, Limit: el.rl.Name, Remaining: -1}, true
+		default:
+			batch = append(batch, []gcra.Request{{Key: d.key, Limit: el.lc.lim, Cost: d.cost}})
+			owners = append(owners, i)
+		}
+	}
+	if len(batch) > 0 {
+		answers, reason := s.callStoreBatch(ctx, batch)
+		for k, i := range owners {
+			d := &ds[i]
+			el := d.lim
+			why := reason
+			if why == "" && answers[k].Err != nil {
+				why = failureReason(answers[k].Err)
+			}
+			if why != "" {
+				var its items
+				its.add(item{l: &el.rl, lc: &el.lc, req: batch[k][0]})
+				d.dec, _ = s.fallbackDecide(ctx, -1, &its, why)
+			} else {
+				a := answers[k].Decision
+				d.dec = Decision{Allowed: a.Allowed, Remaining: a.Remaining, RetryAfter: a.RetryAfter, ResetAfter: a.ResetAfter, Limit: el.rl.Name}
+			}
+			d.decided = true
+		}
+	}
+	for i := range ds {
+		d := &ds[i]
+		if !d.decided {
+			continue
+		}
+		c := s.counters(&d.lim.lc, d.lim.rl.Name)
+		switch {
+		case d.dec.Allowed:
+			c.allowed.Inc()
+		case d.lim.src != nil && d.lim.src.Shadow:
+			c.shadowDenied.Inc()
+		default:
+			c.denied.Inc()
+		}
+	}
+}
+
+// answer builds the RLS answer of decided descriptors.
+func (t *envoyTable) answer(ds []envoyDescriptor) *rlsv3.RateLimitResponse {
+	resp := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds)),
+	}
+	closest := -1 // the descriptor closest to its limit, for the headers
+	var closestLeft uint32 = math.MaxUint32
+	for i := range ds {
+		d := &ds[i]
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		resp.Statuses[i] = st
+		switch {
+		case d.unlimited:
+			st.LimitRemaining = math.MaxUint32
+			continue
+		case d.lim == nil:
+			continue
+		}
+		st.CurrentLimit = d.lim.current
+		if d.dec.Allowed {
+			if d.dec.Remaining < 0 {
+				continue // a check: the store was not asked
+			}
+			st.LimitRemaining = uint32(min(d.dec.Remaining, math.MaxUint32))
+			st.DurationUntilReset = durationpb.New(d.dec.ResetAfter)
+			if closest < 0 || st.LimitRemaining < closestLeft {
+				closest, closestLeft = i, st.LimitRemaining
+			}
+			continue
+		}
+		st.DurationUntilReset = durationpb.New(d.dec.RetryAfter)
+		src := d.lim.src
+		if src != nil && (src.Shadow || src.Quota) {
+			// Shadow: the limit would deny; quota: its violation is for
+			// the caller to see, not a denial. Both answer OK.
+			if closest < 0 || closestLeft > 0 {
+				closest, closestLeft = i, 0
+			}
+			continue
+		}
+		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		closest, closestLeft = i, 0
+	}
+	if t.opts.Headers && closest >= 0 {
+		st := resp.Statuses[closest]
+		reset := ds[closest].dec.ResetAfter
+		if !ds[closest].dec.Allowed {
+			reset = ds[closest].dec.RetryAfter
+		}
+		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
+			header(t.opts.LimitHeader, strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10)),
+			header(t.opts.RemainingHeader, strconv.FormatUint(uint64(st.LimitRemaining), 10)),
+			header(t.opts.ResetHeader, strconv.FormatInt(ceilSeconds(reset), 10)),
+		}
+	}
+	if t.opts.ShadowMode {
+		resp.OverallCode = rlsv3.RateLimitResponse_OK
+	}
+	return resp
+}
+
+// envoyKey is the store key of a descriptor's counter in domain: every
+// part escaped (keys.Escape never writes ':' or '='), so distinct
+// descriptors never share a key, and the whole descriptor is the hash tag,
+// so that a Redis Cluster spreads one domain's counters over its slots.
+func envoyKey(domain string, es []envoyconf.Entry) string {
+	var b strings.Builder
+	b.WriteString(keys.Escape(domain))
+	for _, e := range es {
+		b.WriteByte(':')
+		b.WriteString(keys.Escape(e.Key))
+		b.WriteByte('=')
+		b.WriteString(keys.Escape(e.Value))
+	}
+	k, _ := keys.Key(b.String(), "envoy") // neither part is empty
+	return k
+}
+
+// overridePath names a descriptor's own limit in metrics: the domain and
+// the entries' keys (not their values, which are unbounded), e.g.
+// edge.remote_address.path.
+func overridePath(domain string, es []envoyconf.Entry) string {
+	var b strings.Builder
+	b.WriteString(domain)
+	for _, e := range es {
+		b.WriteByte('.')
+		b.WriteString(e.Key)
+	}
+	return b.String()
+}

@@ -1,0 +1,441 @@
+package regional
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/allot-dev/allot/gcra/redisstore"
+	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/wait"
+	"github.com/allot-dev/allot/policy/envoyconf"
+)
+
+const envoyTestConfig = `
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: path
+    value: /login*
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: path
+    value: /free
+    rate_limit: {unlimited: true}
+  - key: path
+    value: /shadow
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: path
+    value: /quota
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: path
+    value: /closed
+    rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 1, name: per-user}
+  - key: vip
+    rate_limit:
+      unit: minute
+      requests_per_unit: 4
+      replaces: [{name: per-user}]
+  - key: client
+    value: web
+    descriptors:
+      - key: route
+        rate_limit: {unit: day, requests_per_unit: 2}
+  - key: tokens
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: source
+    value: bot*
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: allowlisted
+`
+
+// envoyPod is a standalone pod (no etcd) on a real Redis with cfg loaded.
+type envoyPod struct {
+	s   *Service
+	rs  *redistest.Server
+	api rlsAPI
+	reg *prometheus.Registry
+}
+
+func startEnvoyPod(t *testing.T, yaml string, opts EnvoyOptions, adjust func(*Config)) *envoyPod {
+	t.Helper()
+	rs := redistest.Start(t)
+	rc := redis.NewClient(redistest.ClientOptions(rs.Addr))
+	t.Cleanup(func() { _ = rc.Close() })
+	store, err := redisstore.New(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	cfg := DefaultConfig()
+	cfg.Region, cfg.Store, cfg.Registerer = "us-east", store, reg
+	cfg.StoreTimeout = 50 * time.Millisecond
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	if s.Ready() {
+		t.Error("a standalone pod without a configuration is ready")
+	}
+	p := &envoyPod{s: s, rs: rs, api: rlsAPI{s: s}, reg: reg}
+	p.load(t, yaml, opts)
+	wait.Until(t, 10*time.Second, func() error {
+		if !s.Ready() {
+			return fmt.Errorf("not ready")
+		}
+		return nil
+	})
+	return p
+}
+
+func (p *envoyPod) load(t *testing.T, yaml string, opts EnvoyOptions) {
+	t.Helper()
+	f, err := envoyconf.ParseFile("config.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := envoyconf.Build([]*envoyconf.File{f}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.s.SetEnvoyConfig(cfg, opts); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// desc builds an RLS descriptor from "k=v,k2=v2".
+func desc(s string) *ratelimitv3.RateLimitDescriptor {
+	d := &ratelimitv3.RateLimitDescriptor{}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: k, Value: v})
+	}
+	return d
+}
+
+// summary reads an answer as "OVERALL: code/remaining ...", a descriptor
+// without a limit as "-", an unlimited one as "max".
+func summary(r *rlsv3.RateLimitResponse) string {
+	var b strings.Builder
+	b.WriteString(r.GetOverallCode().String() + ":")
+	for _, st := range r.GetStatuses() {
+		b.WriteByte(' ')
+		switch {
+		case st.GetLimitRemaining() == math.MaxUint32 && st.GetCurrentLimit() == nil:
+			b.WriteString("max")
+		case st.GetCurrentLimit() == nil:
+			b.WriteString("-")
+		default:
+			fmt.Fprintf(&b, "%s/%d", st.GetCode(), st.GetLimitRemaining())
+		}
+	}
+	return b.String()
+}
+
+func (p *envoyPod) ask(t *testing.T, domain string, hits uint32, descs ...*ratelimitv3.RateLimitDescriptor) string {
+	t.Helper()
+	r, err := p.api.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: domain, Descriptors: descs, HitsAddend: hits})
+	if err != nil {
+		t.Fatalf("ShouldRateLimit(%s %v): %v", domain, descs, err)
+	}
+	return summary(r)
+}
+
+func TestEnvoySemantics(t *testing.T) {
+	p := startEnvoyPod(t, envoyTestConfig, EnvoyOptions{}, nil)
+	type step struct {
+		name  string
+		hits  uint32
+		descs []string
+		want  string
+	}
+	steps := []step{
+		// A bare key: each value its own counter, 3 a minute.
+		{"ip a 1", 0, []string{"remote_address=a"}, "OK: OK/2"},
+		{"ip a 2", 0, []string{"remote_address=a"}, "OK: OK/1"},
+		{"ip a 3", 0, []string{"remote_address=a"}, "OK: OK/0"},
+		{"ip a over", 0, []string{"remote_address=a"}, "OVER_LIMIT: OVER_LIMIT/0"},
+		{"ip b own counter", 0, []string{"remote_address=b"}, "OK: OK/2"},
+		// Descriptors are counted independently: one over does not stop
+		// the other from being charged.
+		{"two descriptors", 0, []string{"remote_address=a", "remote_address=c"}, "OVER_LIMIT: OVER_LIMIT/0 OK/2"},
+		// A wildcard value: every matching value its own counter.
+		{"login", 0, []string{"path=/login"}, "OK: OK/1"},
+		{"login/2fa own counter", 0, []string{"path=/login/2fa"}, "OK: OK/1"},
+		{"login 2", 0, []string{"path=/login"}, "OK: OK/0"},
+		{"login over", 0, []string{"path=/login"}, "OVER_LIMIT: OVER_LIMIT/0"},
+		// Unlimited, unknown values and keys, whitelisted keys, unknown
+		// domains.
+		{"unlimited", 0, []string{"path=/free", "path=/free"}, "OK: max max"},
+		{"unknown value", 0, []string{"path=/other"}, "OK: -"},
+		{"unknown key", 0, []string{"nothing=1"}, "OK: -"},
+		{"whitelisted", 0, []string{"allowlisted=yes"}, "OK: -"},
+		// Shadow: over, but never OVER_LIMIT.
+		{"shadow 1", 0, []string{"path=/shadow"}, "OK: OK/0"},
+		{"shadow over", 0, []string{"path=/shadow"}, "OK: OK/0"},
+		// Quota mode: a violation is reported as OK.
+		{"quota 1", 0, []string{"path=/quota"}, "OK: OK/0"},
+		{"quota over", 0, []string{"path=/quota"}, "OK: OK/0"},
+		// requests_per_unit 0 admits nothing.
+		{"zero", 0, []string{"path=/closed"}, "OVER_LIMIT: OVER_LIMIT/0"},
+		// replaces: vip's limit replaces per-user's in the same request.
+		{"user alone", 0, []string{"user=u1"}, "OK: OK/0"},
+		{"user over", 0, []string{"user=u1"}, "OVER_LIMIT: OVER_LIMIT/0"},
+		{"replaced", 0, []string{"user=u1", "vip=v1"}, "OK: - OK/3"},
+		// Nested: the limit applies at the depth of the last entry only.
+		{"nested too short", 0, []string{"client=web"}, "OK: -"},
+		{"nested", 0, []string{"client=web,route=/a"}, "OK: OK/1"},
+		{"nested other route", 0, []string{"client=web,route=/b"}, "OK: OK/1"},
+		{"nested too deep", 0, []string{"client=web,route=/a,extra=1"}, "OK: -"},
+		// hits_addend: the request's, a descriptor's own wins; above the
+		// burst is over.
+		{"hits 4", 4, []string{"tokens=t"}, "OK: OK/6"},
+		{"hits 7 over", 7, []string{"tokens=t"}, "OVER_LIMIT: OVER_LIMIT/0"},
+		{"hits 6", 6, []string{"tokens=t"}, "OK: OK/0"},
+		{"hits above burst", 11, []string{"tokens=u"}, "OVER_LIMIT: OVER_LIMIT/0"},
+		// share_threshold: every value the wildcard matches shares one
+		// counter.
+		{"bot1", 0, []string{"source=bot1"}, "OK: OK/1"},
+		{"bot2 shares", 0, []string{"source=bot2"}, "OK: OK/0"},
+		{"bot3 over", 0, []string{"source=bot3"}, "OVER_LIMIT: OVER_LIMIT/0"},
+	}
+	for _, s := range steps {
+		var ds []*ratelimitv3.RateLimitDescriptor
+		for _, d := range s.descs {
+			ds = append(ds, desc(d))
+		}
+		if got := p.ask(t, "edge", s.hits, ds...); got != s.want {
+			t.Errorf("%s: %s = %q, want %q", s.name, s.descs, got, s.want)
+		}
+	}
+	if got := p.ask(t, "elsewhere", 0, desc("remote_address=a")); got != "OK: -" {
+		t.Errorf("unknown domain = %q, want no limit", got)
+	}
+	// A descriptor's own hits_addend, 0 included (check only: never
+	// charged).
+	d := desc("tokens=v")
+	d.HitsAddend = wrapperspb.UInt64(0)
+	for range 3 {
+		r, err := p.api.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 50, Descriptors: []*ratelimitv3.RateLimitDescriptor{d}})
+		if err != nil || r.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("check only = %v, %v", r, err)
+		}
+	}
+	d.HitsAddend = wrapperspb.UInt64(10)
+	if got := p.ask(t, "edge", 50, d); got != "OK: OK/0" {
+		t.Errorf("descriptor hits_addend 10 after checks = %q, want OK/0 (checks charged nothing)", got)
+	}
+	// The decisions metric names each limit by its path.
+	if got := testutil.ToFloat64(p.s.m.decisions.WithLabelValues("edge.remote_address", "us-east", "denied")); got != 2 {
+		t.Errorf("denied for edge.remote_address = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(p.s.m.decisions.WithLabelValues("edge.path_/shadow", "us-east", "shadow_denied")); got != 1 {
+		t.Errorf("shadow_denied for edge.path_/shadow = %v, want 1", got)
+	}
+}
+
+func TestEnvoyRequestLimit(t *testing.T) {
+	p := startEnvoyPod(t, envoyTestConfig, EnvoyOptions{}, nil)
+	d := desc("remote_address=z")
+	d.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_HOUR}
+	for i, want := range []string{"OK: OK/0", "OVER_LIMIT: OVER_LIMIT/0"} {
+		if got := p.ask(t, "edge", 0, d); got != want {
+			t.Errorf("request limit 1/h, call %d = %q, want %q", i, got, want)
+		}
+	}
+	r, _ := p.api.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{d}})
+	if cl := r.GetStatuses()[0].GetCurrentLimit(); cl.GetRequestsPerUnit() != 1 || cl.GetUnit() != rlsv3.RateLimitResponse_RateLimit_HOUR {
+		t.Errorf("current limit = %v, want the request's 1/HOUR", cl)
+	}
+	// Only for known domains, as the original.
+	if got := p.ask(t, "elsewhere", 0, d); got != "OK: -" {
+		t.Errorf("request limit in an unknown domain = %q, want no limit", got)
+	}
+	d.Limit.Unit = typev3.RateLimitUnit_UNKNOWN
+	_, err := p.api.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a=b"), d}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "descriptors[1].limit") {
+		t.Errorf("unknown unit: %v, want InvalidArgument naming descriptors[1].limit", err)
+	}
+}
+
+func TestEnvoyBadRequests(t *testing.T) {
+	p := startEnvoyPod(t, envoyTestConfig, EnvoyOptions{}, nil)
+	long := desc("k=" + strings.Repeat("x", maxEnvoyValue))
+	many := &ratelimitv3.RateLimitDescriptor{}
+	for i := range maxEnvoyEntries + 1 {
+		many.Entries = append(many.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: fmt.Sprint(i), Value: "v"})
+	}
+	for _, c := range []struct {
+		r    *rlsv3.RateLimitRequest
+		want string
+	}{
+		{&rlsv3.RateLimitRequest{Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a=b")}}, "domain"},
+		{&rlsv3.RateLimitRequest{Domain: "edge"}, "descriptors"},
+		{&rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("remote_address=q"), long}}, "descriptors[1].entries[0]"},
+		{&rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{many}}, "descriptors[0].entries"},
+	} {
+		_, err := p.api.ShouldRateLimit(context.Background(), c.r)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want InvalidArgument naming %s", c.r, err, c.want)
+		}
+	}
+	// A refused request charged nothing.
+	if got := p.ask(t, "edge", 0, desc("remote_address=q")); got != "OK: OK/2" {
+		t.Errorf("after refused requests = %q, want the first charge", got)
+	}
+}
+
+func TestEnvoyOptions(t *testing.T) {
+	p := startEnvoyPod(t, envoyTestConfig, EnvoyOptions{ShadowMode: true, Headers: true, ResetHeader: "X-Reset"}, nil)
+	var r *rlsv3.RateLimitResponse
+	for range 4 {
+		var err error
+		r, err = p.api.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("remote_address=s"), desc("path=/free")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Global shadow mode: the statuses tell, the answer is OK.
+	if got := summary(r); got != "OK: OVER_LIMIT/0 max" {
+		t.Errorf("shadow mode answer = %q", got)
+	}
+	h := map[string]string{}
+	for _, hv := range r.GetResponseHeadersToAdd() {
+		h[hv.GetKey()] = hv.GetValue()
+	}
+	if h["RateLimit-Limit"] != "3" || h["RateLimit-Remaining"] != "0" || h["X-Reset"] != "20" {
+		// 3 a minute: one unit comes back every 20 s.
+		t.Errorf("headers = %v, want limit 3, remaining 0, X-Reset 20", h)
+	}
+}
+
+func TestEnvoyReloadKeepsCounters(t *testing.T) {
+	p := startEnvoyPod(t, envoyTestConfig, EnvoyOptions{}, nil)
+	p.ask(t, "edge", 0, desc("remote_address=r"))
+	p.ask(t, "edge", 0, desc("remote_address=r"))
+	// The same limit in a new configuration continues from the counter.
+	p.load(t, "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 3}\n", EnvoyOptions{})
+	if got := p.ask(t, "edge", 0, desc("remote_address=r")); got != "OK: OK/0" {
+		t.Errorf("after reload = %q, want the third of 3", got)
+	}
+	if got := p.ask(t, "edge", 0, desc("path=/login")); got != "OK: -" {
+		t.Errorf("a limit the new configuration dropped = %q, want none", got)
+	}
+	if err := p.s.SetEnvoyConfig(nil, EnvoyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := p.api.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a=b")}})
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("standalone without a configuration: %v, want Unavailable", err)
+	}
+}
+
+// TestEnvoyBound hammers one second-unit limit from several goroutines:
+// GCRA never admits more than the burst plus the rate for the time
+// elapsed, and admits about that much (no fixed window doubles it).
+func TestEnvoyBound(t *testing.T) {
+	p := startEnvoyPod(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 20}\n", EnvoyOptions{}, nil)
+	var mu sync.Mutex
+	admitted := 0
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for time.Since(start) < 1500*time.Millisecond {
+				r, err := p.api.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k=1")}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if r.GetOverallCode() == rlsv3.RateLimitResponse_OK {
+					mu.Lock()
+					admitted++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	el := time.Since(start).Seconds()
+	bound := 20 + 20*el
+	if float64(admitted) > bound+1 {
+		t.Errorf("admitted %d in %.2fs, above burst + rate·t = %.1f", admitted, el, bound)
+	}
+	if float64(admitted) < 20+20*1.3 {
+		t.Errorf("admitted %d in %.2fs, want about %.0f", admitted, el, bound)
+	}
+}
+
+func TestEnvoyStoreFailure(t *testing.T) {
+	const yaml = "domain: edge\ndescriptors:\n  - key: fast\n    rate_limit: {unit: second, requests_per_unit: 50}\n  - key: free\n    rate_limit: {unlimited: true}\n"
+	for _, closed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fail_closed=%v", closed), func(t *testing.T) {
+			p := startEnvoyPod(t, yaml, EnvoyOptions{FailClosed: closed}, func(c *Config) {
+				c.StoreTimeout = 20 * time.Millisecond
+			})
+			if got := p.ask(t, "edge", 0, desc("fast=f")); got != "OK: OK/49" {
+				t.Fatalf("healthy = %q", got)
+			}
+			p.rs.Pause(t)
+			defer p.rs.Resume(t)
+			// Open: the local limiter's bucket starts empty (Redis may
+			// have spent the burst) and refills at 50/s for this one pod.
+			// Closed: every decision denies.
+			asked, admitted := 0, 0
+			wait.Until(t, 3*time.Second, func() error {
+				asked++
+				if got := p.ask(t, "edge", 0, desc("fast=f")); strings.HasPrefix(got, "OK:") {
+					admitted++
+				}
+				if closed && asked < 20 || !closed && admitted == 0 {
+					return fmt.Errorf("asked %d, admitted %d", asked, admitted)
+				}
+				return nil
+			})
+			if closed && admitted > 0 {
+				t.Errorf("fail closed admitted %d of %d", admitted, asked)
+			}
+			if got := p.ask(t, "edge", 0, desc("free=1")); got != "OK: max" {
+				t.Errorf("unlimited while the store is paused = %q", got)
+			}
+			var n float64
+			for _, reason := range []string{"timeout", "breaker_open"} {
+				n += testutil.ToFloat64(p.s.m.fallback.WithLabelValues("edge.fast", "us-east", reason))
+			}
+			if n != float64(asked) {
+				t.Errorf("fallback decisions for edge.fast = %v, want %d", n, asked)
+			}
+		})
+	}
+}
