@@ -43,6 +43,12 @@ type EnvoyOptions struct {
 	// limit fails open through a local limiter at its rate divided by the
 	// region's live pods.
 	FailClosed bool
+	// QuotaMode puts every limit in quota mode (its QUOTA_MODE): over a
+	// limit answers OK.
+	QuotaMode bool
+	// KeyPrefix starts every counter's key (its CACHE_KEY_PREFIX), so that
+	// several deployments can share one Redis.
+	KeyPrefix string
 }
 
 // Envoy answer limits: a request beyond them is refused as malformed.
@@ -68,15 +74,18 @@ type envoyLimit struct {
 	admits bool
 	// current is the limit as RLS statuses carry it (shared, read-only).
 	current *rlsv3.RateLimitResponse_RateLimit
+	// ec are its children of the original's metrics.
+	ec *envoyCounters
 }
 
-func newEnvoyLimit(src *envoyconf.Limit, name string, rpu uint32, unit string, failClosed bool) (*envoyLimit, error) {
+func (s *Service) newEnvoyLimit(src *envoyconf.Limit, name string, rpu uint32, unit string, failClosed bool) (*envoyLimit, error) {
 	period, ok := envoyconf.UnitPeriod(unit)
 	if !ok {
 		return nil, fmt.Errorf("unit %q: want SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR", unit)
 	}
 	el := &envoyLimit{
 		src: src,
+		ec:  s.m.forEnvoy(name),
 		rl: policy.ResolvedLimit{
 			Name: name, Rate: gcra.Rate{Count: int64(rpu), Period: period}, Burst: int64(rpu), FailClosed: failClosed,
 		},
@@ -126,7 +135,7 @@ func (s *Service) SetEnvoyConfig(cfg *envoyconf.Config, opts EnvoyOptions) error
 		if l.Unlimited {
 			continue
 		}
-		el, err := newEnvoyLimit(l, l.Path, l.RequestsPerUnit, l.Unit, opts.FailClosed)
+		el, err := s.newEnvoyLimit(l, l.Path, l.RequestsPerUnit, l.Unit, opts.FailClosed)
 		if err != nil {
 			return fmt.Errorf("%s:%d: limit %s: %w", l.File, l.Line, l.Path, err)
 		}
@@ -166,14 +175,14 @@ type envoyDescriptor struct {
 func (s *Service) envoyRateLimit(ctx context.Context, t *envoyTable, r *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	domain := r.GetDomain()
 	if domain == "" {
-		return nil, status.Error(codes.InvalidArgument, "domain: must not be empty")
+		return nil, s.envoyError(codes.InvalidArgument, "domain: must not be empty")
 	}
 	descs := r.GetDescriptors()
 	if len(descs) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "descriptors: missing: want at least one")
+		return nil, s.envoyError(codes.InvalidArgument, "descriptors: missing: want at least one")
 	}
 	if len(descs) > maxBatch {
-		return nil, status.Errorf(codes.InvalidArgument, "descriptors: %d, at most %d", len(descs), maxBatch)
+		return nil, s.envoyError(codes.InvalidArgument, "descriptors: %d, at most %d", len(descs), maxBatch)
 	}
 	known := t.cfg.HasDomain(domain)
 	reqCost := max(1, int64(r.GetHitsAddend()))
@@ -183,12 +192,12 @@ func (s *Service) envoyRateLimit(ctx context.Context, t *envoyTable, r *rlsv3.Ra
 	for i, desc := range descs {
 		es := desc.GetEntries()
 		if len(es) > maxEnvoyEntries {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d].entries: %d, at most %d", i, len(es), maxEnvoyEntries)
+			return nil, s.envoyError(codes.InvalidArgument, "descriptors[%d].entries: %d, at most %d", i, len(es), maxEnvoyEntries)
 		}
 		entries = entries[:0]
 		for j, e := range es {
 			if len(e.GetKey())+len(e.GetValue()) > maxEnvoyValue {
-				return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d].entries[%d]: key and value %d bytes, at most %d", i, j, len(e.GetKey())+len(e.GetValue()), maxEnvoyValue)
+				return nil, s.envoyError(codes.InvalidArgument, "descriptors[%d].entries[%d]: key and value %d bytes, at most %d", i, j, len(e.GetKey())+len(e.GetValue()), maxEnvoyValue)
 			}
 			entries = append(entries, envoyconf.Entry{Key: e.GetKey(), Value: e.GetValue()})
 		}
@@ -202,11 +211,11 @@ func (s *Service) envoyRateLimit(ctx context.Context, t *envoyTable, r *rlsv3.Ra
 		}
 		if ov := desc.GetLimit(); ov != nil {
 			unit := rlsv3.RateLimitResponse_RateLimit_Unit(ov.GetUnit()).String()
-			el, err := newEnvoyLimit(nil, overridePath(domain, entries), ov.GetRequestsPerUnit(), unit, t.opts.FailClosed)
+			el, err := s.newEnvoyLimit(nil, overridePath(domain, entries), ov.GetRequestsPerUnit(), unit, t.opts.FailClosed)
 			if err != nil {
-				return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d].limit: %v", i, err)
+				return nil, s.envoyError(codes.InvalidArgument, "descriptors[%d].limit: %v", i, err)
 			}
-			d.lim, d.key = el, envoyKey(domain, entries)
+			d.lim, d.key = el, envoyKey(t.opts.KeyPrefix, domain, entries)
 			continue
 		}
 		m, ok := t.cfg.Match(domain, entries)
@@ -221,7 +230,7 @@ func (s *Service) envoyRateLimit(ctx context.Context, t *envoyTable, r *rlsv3.Ra
 			d.unlimited = true
 			continue
 		}
-		d.lim, d.key = t.limits[m.Limit], envoyKey(domain, m.Entries)
+		d.lim, d.key = t.limits[m.Limit], envoyKey(t.opts.KeyPrefix, domain, m.Entries)
 	}
 	for i, gone := range envoyconf.Replaced(srcs) {
 		if gone {
@@ -285,13 +294,19 @@ func (s *Service) envoyDecide(ctx context.Context, ds []envoyDescriptor) {
 			continue
 		}
 		c := s.counters(&d.lim.lc, d.lim.rl.Name)
+		ec, units := d.lim.ec, float64(d.cost)
+		ec.total.Add(units)
 		switch {
 		case d.dec.Allowed:
 			c.allowed.Inc()
+			ec.within.Add(units)
 		case d.lim.src != nil && d.lim.src.Shadow:
 			c.shadowDenied.Inc()
+			ec.over.Add(units)
+			ec.shadow.Add(units)
 		default:
 			c.denied.Inc()
+			ec.over.Add(units)
 		}
 	}
 }
@@ -329,7 +344,7 @@ func (t *envoyTable) answer(ds []envoyDescriptor) *rlsv3.RateLimitResponse {
 		}
 		st.DurationUntilReset = durationpb.New(d.dec.RetryAfter)
 		src := d.lim.src
-		if src != nil && (src.Shadow || src.Quota) {
+		if t.opts.QuotaMode || src != nil && (src.Shadow || src.Quota) {
 			// Shadow: the limit would deny; quota: its violation is for
 			// the caller to see, not a denial. Both answer OK.
 			if closest < 0 || closestLeft > 0 {
@@ -363,8 +378,12 @@ func (t *envoyTable) answer(ds []envoyDescriptor) *rlsv3.RateLimitResponse {
 // part escaped (keys.Escape never writes ':' or '='), so distinct
 // descriptors never share a key, and the whole descriptor is the hash tag,
 // so that a Redis Cluster spreads one domain's counters over its slots.
-func envoyKey(domain string, es []envoyconf.Entry) string {
+func envoyKey(prefix, domain string, es []envoyconf.Entry) string {
 	var b strings.Builder
+	if prefix != "" {
+		b.WriteString(keys.Escape(prefix))
+		b.WriteByte(':')
+	}
 	b.WriteString(keys.Escape(domain))
 	for _, e := range es {
 		b.WriteByte(':')
@@ -374,6 +393,13 @@ func envoyKey(domain string, es []envoyconf.Entry) string {
 	}
 	k, _ := keys.Key(b.String(), "envoy") // neither part is empty
 	return k
+}
+
+// envoyError counts a refused RLS call (the original's service_error) and
+// returns its status.
+func (s *Service) envoyError(code codes.Code, format string, args ...any) error {
+	s.m.envoyErrors.WithLabelValues("service_error").Inc()
+	return status.Errorf(code, format, args...)
 }
 
 // overridePath names a descriptor's own limit in metrics: the domain and

@@ -263,6 +263,24 @@ func TestEnvoySemantics(t *testing.T) {
 	if got := testutil.ToFloat64(p.s.m.decisions.WithLabelValues("edge.path_/shadow", "us-east", "shadow_denied")); got != 1 {
 		t.Errorf("shadow_denied for edge.path_/shadow = %v, want 1", got)
 	}
+	// And the original's metrics, under its names and labels.
+	for _, c := range []struct {
+		v          *prometheus.CounterVec
+		key1, key2 string
+		want       float64
+	}{
+		{p.s.m.envoyTotal, "remote_address", "", 7},
+		{p.s.m.envoyWithin, "remote_address", "", 5},
+		{p.s.m.envoyOver, "remote_address", "", 2},
+		{p.s.m.envoyOver, "path_/shadow", "", 1},
+		{p.s.m.envoyShadow, "path_/shadow", "", 1},
+		{p.s.m.envoyTotal, "client_web", "route", 2},
+		{p.s.m.envoyTotal, "tokens", "", 4 + 7 + 6 + 11 + 0 + 10},
+	} {
+		if got := testutil.ToFloat64(c.v.WithLabelValues("edge", c.key1, c.key2)); got != c.want {
+			t.Errorf("{key1=%q,key2=%q} = %v, want %v", c.key1, c.key2, got, c.want)
+		}
+	}
 }
 
 func TestEnvoyRequestLimit(t *testing.T) {

@@ -30,6 +30,11 @@ func (s *Service) RegisterGRPC(g grpc.ServiceRegistrar) {
 	rlsv3.RegisterRateLimitServiceServer(g, rlsAPI{s: s})
 }
 
+// RLS returns the service's envoy.service.ratelimit.v3.RateLimitService
+// (the one RegisterGRPC registers), for transports of its own: the
+// original service's /json endpoint.
+func (s *Service) RLS() rlsv3.RateLimitServiceServer { return rlsAPI{s: s} }
+
 // GRPCError maps a Decide error to a gRPC status: the one place this mapping
 // lives for the regional gRPC APIs.
 func GRPCError(err error) error {
@@ -147,6 +152,7 @@ func (a rlsAPI) ShouldRateLimit(ctx context.Context, r *rlsv3.RateLimitRequest) 
 		return a.s.envoyRateLimit(ctx, t, r)
 	}
 	if a.s.cfg.Etcd == nil {
+		a.s.m.envoyErrors.WithLabelValues("service_error").Inc()
 		return nil, status.Error(codes.Unavailable, "no rate limit configuration loaded yet")
 	}
 	descs := r.GetDescriptors()

@@ -2,6 +2,7 @@ package regional
 
 import (
 	"errors"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +33,33 @@ type metrics struct {
 	// WithLabelValues hashes its labels on every call.
 	storeOK, storeError prometheus.Observer
 	limits              sync.Map // limit name → *limitCounters
+
+	// envoyproxy/ratelimit's metrics, under its names, for limits of an
+	// envoyconf configuration: hits in units by domain and the first two
+	// entries of the limit's path.
+	envoyTotal, envoyOver, envoyWithin, envoyShadow *prometheus.CounterVec
+	envoyErrors                                     *prometheus.CounterVec
+}
+
+// envoyCounters are one envoyconf limit's children of the original's
+// metrics.
+type envoyCounters struct {
+	total, over, within, shadow prometheus.Counter
+}
+
+// forEnvoy returns the counters of the limit at path (domain.key1.key2…).
+func (m *metrics) forEnvoy(path string) *envoyCounters {
+	parts := strings.SplitN(path, ".", 4)
+	for len(parts) < 3 {
+		parts = append(parts, "")
+	}
+	l := parts[:3]
+	return &envoyCounters{
+		total:  m.envoyTotal.WithLabelValues(l...),
+		over:   m.envoyOver.WithLabelValues(l...),
+		within: m.envoyWithin.WithLabelValues(l...),
+		shadow: m.envoyShadow.WithLabelValues(l...),
+	}
 }
 
 // limitCounters are one limit's children of allot_decisions_total in this
@@ -57,8 +85,24 @@ func (m *metrics) forLimit(name string) *limitCounters {
 
 func newMetrics(reg prometheus.Registerer, region string, s *Service) (*metrics, error) {
 	cl := prometheus.Labels{"region": region}
+	envoyLabels := []string{"domain", "key1", "key2"}
 	m := &metrics{
 		region: region,
+		envoyTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_service_rate_limit_total_hits", Help: "Hits (units) checked against a limit of an envoyproxy/ratelimit configuration, as that service counts them.",
+		}, envoyLabels),
+		envoyOver: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_service_rate_limit_over_limit", Help: "Hits (units) over a limit of an envoyproxy/ratelimit configuration (shadow_mode ones included).",
+		}, envoyLabels),
+		envoyWithin: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_service_rate_limit_within_limit", Help: "Hits (units) within a limit of an envoyproxy/ratelimit configuration.",
+		}, envoyLabels),
+		envoyShadow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_service_rate_limit_shadow_mode", Help: "Hits (units) over a shadow_mode limit, admitted.",
+		}, envoyLabels),
+		envoyErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_service_should_rate_limit_error", Help: "RLS calls answered with an error (service_error: a malformed request or no configuration).",
+		}, []string{"err_type"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "allot_decisions_total", Help: "Decisions by limiting limit and result (allowed, denied, shadow_denied).",
 		}, []string{"limit", "region", "result"}),
@@ -129,6 +173,11 @@ func newMetrics(reg prometheus.Registerer, region string, s *Service) (*metrics,
 	// labelled by region are shared, the rest carry the region as a const
 	// label.
 	var err error
+	for _, v := range []**prometheus.CounterVec{&m.envoyTotal, &m.envoyOver, &m.envoyWithin, &m.envoyShadow, &m.envoyErrors} {
+		if *v, err = register(reg, *v); err != nil {
+			return nil, err
+		}
+	}
 	if m.decisions, err = register(reg, m.decisions); err != nil {
 		return nil, err
 	}

@@ -616,3 +616,23 @@ func Replaced(limits []*Limit) []bool {
 	}
 	return out
 }
+
+// Dump lists every limit, one per line in file order, as the original
+// service's /rlconfig does: "<path>: unit=<UNIT> requests_per_unit=<N>,
+// shadow_mode: <bool>, quota_mode: <bool>" (an unlimited limit shows
+// unit=UNKNOWN requests_per_unit=0 and ", unlimited: true").
+func (c *Config) Dump() string {
+	var b strings.Builder
+	for _, l := range c.all {
+		unit := l.Unit
+		if unit == "" {
+			unit = "UNKNOWN"
+		}
+		fmt.Fprintf(&b, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t", l.Path, unit, l.RequestsPerUnit, l.Shadow, l.Quota)
+		if l.Unlimited {
+			b.WriteString(", unlimited: true")
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
+}

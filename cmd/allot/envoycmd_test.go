@@ -1,0 +1,389 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/wait"
+)
+
+// syncBuffer is a bytes.Buffer safe for the command's log and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// envoyProc is `allot envoy-ratelimit` running in-process.
+type envoyProc struct {
+	grpc, http, debug, prom string
+	log                     *syncBuffer
+	cancel                  context.CancelFunc
+	done                    chan error
+}
+
+// startEnvoy runs the command with the original's settings in env (plus
+// free loopback ports and the Redis at redisAddr) until the test ends.
+func startEnvoy(t *testing.T, redisAddr string, env map[string]string) *envoyProc {
+	t.Helper()
+	p := &envoyProc{log: &syncBuffer{}, done: make(chan error, 1)}
+	all := map[string]string{
+		"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": redisAddr,
+		"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0",
+		"DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0", "USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": "127.0.0.1:0",
+		"LOG_LEVEL": "info", "ALLOT_STORE_TIMEOUT": "100ms", "ALLOT_RUNTIME_POLL": "20ms",
+	}
+	for k, v := range env {
+		all[k] = v
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
+	addrs := make(chan struct{})
+	go func() {
+		p.done <- runEnvoy(ctx, &streams{out: io.Discard, err: p.log}, func(k string) (string, bool) { v, ok := all[k]; return v, ok }, false,
+			func(l *envoyListeners) {
+				p.grpc, p.http, p.debug, p.prom = l.grpc.Addr().String(), l.http.Addr().String(), l.debug.Addr().String(), l.prom.Addr().String()
+				close(addrs)
+			})
+	}()
+	select {
+	case <-addrs:
+	case err := <-p.done:
+		t.Fatalf("envoy-ratelimit: %v\n%s", err, p.log)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-p.done; err != nil {
+			t.Errorf("envoy-ratelimit: %v\n%s", err, p.log)
+		}
+	})
+	return p
+}
+
+func (p *envoyProc) rls(t *testing.T) rlsv3.RateLimitServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	wait.Until(t, 10*time.Second, func() error {
+		r, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+		if err != nil {
+			return err
+		}
+		if r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			return fmt.Errorf("health %s", r.GetStatus())
+		}
+		return nil
+	})
+	return rlsv3.NewRateLimitServiceClient(conn)
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	code, body, err := tryGet(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code, body
+}
+
+func tryGet(url string) (int, string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+func writeFile(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const envoyCmdConfig = `domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 2}
+`
+
+func rlsReq(domain string, kvs ...string) *rlsv3.RateLimitRequest {
+	d := &ratelimitv3.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kvs); i += 2 {
+		d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: kvs[i], Value: kvs[i+1]})
+	}
+	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{d}}
+}
+
+// TestEnvoyRatelimitCommand runs the command as Envoy Gateway configures
+// the original (RUNTIME_ROOT/RUNTIME_SUBDIRECTORY, RUNTIME_WATCH_ROOT=false,
+// dot files ignored) and checks each endpoint, a reload, and a broken file.
+func TestEnvoyRatelimitCommand(t *testing.T) {
+	rs := redistest.Start(t)
+	root := t.TempDir()
+	cfgPath := filepath.Join(root, "ratelimit", "config", "edge.yaml")
+	writeFile(t, cfgPath, envoyCmdConfig)
+	p := startEnvoy(t, rs.Addr, map[string]string{
+		"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_WATCH_ROOT": "false", "RUNTIME_IGNOREDOTFILES": "true",
+		"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "USE_STATSD": "false", "STATSD_PORT": "9125",
+	})
+	c := p.rls(t)
+	ctx := context.Background()
+	codes := func(domain string, n int, kvs ...string) string {
+		var out []string
+		for range n {
+			r, err := c.ShouldRateLimit(ctx, rlsReq(domain, kvs...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, r.GetOverallCode().String())
+		}
+		return strings.Join(out, " ")
+	}
+	if got := codes("edge", 3, "remote_address", "1.2.3.4"); got != "OK OK OVER_LIMIT" {
+		t.Errorf("2 a minute: %s", got)
+	}
+	r, err := c.ShouldRateLimit(ctx, rlsReq("edge", "remote_address", "1.2.3.4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := map[string]string{}
+	for _, hv := range r.GetResponseHeadersToAdd() {
+		h[hv.GetKey()] = hv.GetValue()
+	}
+	if h["RateLimit-Limit"] != "2" || h["RateLimit-Remaining"] != "0" || h["RateLimit-Reset"] == "" {
+		t.Errorf("limit headers = %v", h)
+	}
+	// /healthcheck, /json, /rlconfig, Prometheus with the original's names.
+	if code, body := httpGet(t, "http://"+p.http+"/healthcheck"); code != 200 || body != "OK" {
+		t.Errorf("/healthcheck = %d %q", code, body)
+	}
+	post := func(body string) (int, string) {
+		resp, err := http.Post("http://"+p.http+"/json", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := post(`{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"1.2.3.4"}]}]}`); code != 429 || !strings.Contains(body, "OVER_LIMIT") {
+		t.Errorf("/json over the limit = %d %s", code, body)
+	}
+	if code, body := post(`{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"5.6.7.8"}]}]}`); code != 200 || !strings.Contains(body, `"overallCode":"OK"`) {
+		t.Errorf("/json within the limit = %d %s", code, body)
+	}
+	if code, _ := post(`{"domain":`); code != 400 {
+		t.Errorf("/json with a broken body = %d, want 400", code)
+	}
+	if code, body := httpGet(t, "http://"+p.debug+"/rlconfig"); code != 200 || body != "edge.remote_address: unit=MINUTE requests_per_unit=2, shadow_mode: false, quota_mode: false\n" {
+		t.Errorf("/rlconfig = %d %q", code, body)
+	}
+	_, metrics := httpGet(t, "http://"+p.prom+"/metrics")
+	for _, want := range []string{
+		`ratelimit_service_rate_limit_over_limit{domain="edge",key1="remote_address",key2=""} 3`,
+		`ratelimit_service_config_load_success 1`,
+		`allot_decisions_total{limit="edge.remote_address",region="local",result="denied"} 3`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	// The ignored settings were logged, once each.
+	for _, s := range []string{"USE_STATSD", "STATSD_PORT"} {
+		if n := strings.Count(p.log.String(), "setting="+s+" "); n != 1 {
+			t.Errorf("%s logged %d times, want once:\n%s", s, n, p.log)
+		}
+	}
+	// A change reloads; the counter of an unchanged limit continues.
+	writeFile(t, cfgPath, envoyCmdConfig+"  - key: path\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
+	wait.Until(t, 5*time.Second, func() error {
+		if _, body := httpGet(t, "http://"+p.debug+"/rlconfig"); !strings.Contains(body, "edge.path") {
+			return errors.New("not reloaded")
+		}
+		return nil
+	})
+	if got := codes("edge", 2, "path", "/a"); got != "OK OVER_LIMIT" {
+		t.Errorf("new limit 1 an hour: %s", got)
+	}
+	if got := codes("edge", 1, "remote_address", "1.2.3.4"); got != "OVER_LIMIT" {
+		t.Errorf("after the reload the old counter = %s, want still over", got)
+	}
+	// A broken file is rejected; the last good configuration serves on.
+	writeFile(t, cfgPath, "domain: edge\ndescriptors:\n  - key: path\n    rate_limit: {unit: lightyear, requests_per_unit: 1}\n")
+	wait.Until(t, 5*time.Second, func() error {
+		if _, m := httpGet(t, "http://"+p.prom+"/metrics"); !strings.Contains(m, "ratelimit_service_config_load_error 1") {
+			return errors.New("not rejected yet")
+		}
+		return nil
+	})
+	if got := codes("edge", 1, "path", "/b"); got != "OK" {
+		t.Errorf("after a broken file, the last good limit = %s", got)
+	}
+	if !strings.Contains(p.log.String(), "edge.yaml") || !strings.Contains(p.log.String(), "unit") {
+		t.Errorf("the rejection is not logged with the file and field:\n%s", p.log)
+	}
+}
+
+// TestEnvoyRatelimitStart checks the start: a broken first configuration is
+// fatal and says what to do, unless FORCE_START_WITHOUT_INITIAL_CONFIG.
+func TestEnvoyRatelimitStart(t *testing.T) {
+	rs := redistest.Start(t)
+	root := t.TempDir()
+	writeFile(t, filepath.Join(root, "config", "bad.yaml"), "domain: ''\n")
+	env := map[string]string{
+		"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": rs.Addr, "RUNTIME_ROOT": root,
+		"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0",
+		"DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
+	}
+	err := runEnvoy(context.Background(), &streams{out: io.Discard, err: io.Discard}, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, false, nil)
+	if err == nil || !strings.Contains(err.Error(), "config.bad.yaml") || !strings.Contains(err.Error(), "FORCE_START_WITHOUT_INITIAL_CONFIG") {
+		t.Errorf("broken first configuration: %v", err)
+	}
+	// --check says the same, and prints the limits of a good one.
+	var out bytes.Buffer
+	if err := runEnvoy(context.Background(), &streams{out: &out, err: io.Discard}, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, true, nil); err == nil {
+		t.Error("--check passed a broken configuration")
+	}
+	writeFile(t, filepath.Join(root, "config", "bad.yaml"), envoyCmdConfig)
+	out.Reset()
+	if err := runEnvoy(context.Background(), &streams{out: &out, err: io.Discard}, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, true, nil); err != nil ||
+		!strings.Contains(out.String(), "1 domains (edge), 1 limits") || !strings.Contains(out.String(), "edge.remote_address: unit=MINUTE") {
+		t.Errorf("--check = %v\n%s", err, out.String())
+	}
+	// Bad settings are usage errors naming the variable.
+	env["REDIS_POOL_SIZE"] = "lots"
+	err = runEnvoy(context.Background(), &streams{out: io.Discard, err: io.Discard}, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, false, nil)
+	var ue usageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "REDIS_POOL_SIZE") {
+		t.Errorf("bad REDIS_POOL_SIZE: %v", err)
+	}
+	if got := envoyArgs("/bin/ratelimit", []string{"--check"}); strings.Join(got, " ") != "envoy-ratelimit --check" {
+		t.Errorf("as /bin/ratelimit: args %v", got)
+	}
+	if got := envoyArgs("/usr/bin/allot", []string{"dev"}); strings.Join(got, " ") != "dev" {
+		t.Errorf("as allot: args %v", got)
+	}
+}
+
+// TestEnvoyRatelimitForceStart serves without a configuration, answers
+// Unavailable, and picks the configuration up when it appears.
+func TestEnvoyRatelimitForceStart(t *testing.T) {
+	rs := redistest.Start(t)
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "config"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(root, "config", "edge.yaml"), "domain: edge\ndescriptors: [{key: k, rate_limit: {unit: day}}]\nnope: 1\n")
+	p := startEnvoy(t, rs.Addr, map[string]string{"RUNTIME_ROOT": root, "FORCE_START_WITHOUT_INITIAL_CONFIG": "true", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"})
+	wait.Until(t, 10*time.Second, func() error {
+		if code, _, err := tryGet("http://" + p.http + "/healthcheck"); err != nil || code != 500 {
+			return fmt.Errorf("/healthcheck = %d (want 500 before any configuration): %w", code, err)
+		}
+		return nil
+	})
+	writeFile(t, filepath.Join(root, "config", "edge.yaml"), envoyCmdConfig)
+	c := p.rls(t)
+	r, err := c.ShouldRateLimit(context.Background(), rlsReq("edge", "remote_address", "9"))
+	if err != nil || r.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() != 2 {
+		t.Errorf("after the configuration appeared: %v, %v", r, err)
+	}
+}
+
+// TestEnvoyRatelimitXDS serves the configuration from a go-control-plane
+// xDS server, as Envoy Gateway does, then a new version of it.
+func TestEnvoyRatelimitXDS(t *testing.T) {
+	rs := redistest.Start(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil)
+	sctx, scancel := context.WithCancel(context.Background())
+	gs := grpc.NewServer()
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, serverv3.NewServer(sctx, cache, nil))
+	served := make(chan struct{})
+	go func() { defer close(served); _ = gs.Serve(lis) }()
+	t.Cleanup(func() { gs.Stop(); scancel(); <-served })
+	set := func(version string, rpu uint32) {
+		t.Helper()
+		rl := &rlsconfv3.RateLimitConfig{Name: "edge", Domain: "edge", Descriptors: []*rlsconfv3.RateLimitDescriptor{{
+			Key: "remote_address", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_MINUTE, RequestsPerUnit: rpu},
+		}}}
+		snap, err := cachev3.NewSnapshot(version, map[resource.Type][]types.Resource{resource.RateLimitConfigType: {rl}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cache.SetSnapshot(context.Background(), "envoy-ratelimit", snap); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set("1", 2)
+	p := startEnvoy(t, rs.Addr, map[string]string{
+		"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": lis.Addr().String(), "CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit",
+	})
+	c := p.rls(t)
+	limit := func() uint32 {
+		r, err := c.ShouldRateLimit(context.Background(), rlsReq("edge", "remote_address", "x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit()
+	}
+	if got := limit(); got != 2 {
+		t.Errorf("version 1: limit %d, want 2", got)
+	}
+	set("2", 5)
+	wait.Until(t, 10*time.Second, func() error {
+		if got := limit(); got != 5 {
+			return fmt.Errorf("limit %d, want version 2's 5", got)
+		}
+		return nil
+	})
+	if _, body := httpGet(t, "http://"+p.debug+"/rlconfig"); !strings.Contains(body, "requests_per_unit=5") {
+		t.Errorf("/rlconfig = %q", body)
+	}
+}
