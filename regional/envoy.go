@@ -6,6 +6,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -186,9 +187,16 @@ func (s *Service) envoyRateLimit(ctx context.Context, t *envoyTable, r *rlsv3.Ra
 	}
 	known := t.cfg.HasDomain(domain)
 	reqCost := max(1, int64(r.GetHitsAddend()))
-	ds := make([]envoyDescriptor, len(descs))
+	var dsBuf [4]envoyDescriptor
+	ds := dsBuf[:0]
+	if len(descs) > len(dsBuf) {
+		ds = make([]envoyDescriptor, 0, len(descs))
+	}
+	ds = ds[:len(descs)]
+	var srcBuf [4]*envoyconf.Limit
 	var srcs []*envoyconf.Limit // the matched limits, for replaces
-	var entries []envoyconf.Entry
+	var entBuf [8]envoyconf.Entry
+	entries := entBuf[:0]
 	for i, desc := range descs {
 		es := desc.GetEntries()
 		if len(es) > maxEnvoyEntries {
@@ -223,7 +231,10 @@ func (s *Service) envoyRateLimit(ctx context.Context, t *envoyTable, r *rlsv3.Ra
 			continue
 		}
 		if srcs == nil {
-			srcs = make([]*envoyconf.Limit, len(descs))
+			if srcs = srcBuf[:]; len(descs) > len(srcBuf) {
+				srcs = make([]*envoyconf.Limit, len(descs))
+			}
+			srcs = srcs[:len(descs)]
 		}
 		srcs[i] = m.Limit
 		if m.Limit.Unlimited {
@@ -246,7 +257,9 @@ func (s *Service) envoyRateLimit(ctx context.Context, t *envoyTable, r *rlsv3.Ra
 // falling back by its on_failure when the store fails for it.
 func (s *Service) envoyDecide(ctx context.Context, ds []envoyDescriptor) {
 	var batch [][]gcra.Request
-	var owners []int
+	var reqs []gcra.Request // batch's requests, one backing array
+	var ownBuf [4]int
+	owners := ownBuf[:0]
 	for i := range ds {
 		d := &ds[i]
 		el := d.lim
@@ -264,11 +277,18 @@ func (s *Service) envoyDecide(ctx context.Context, ds []envoyDescriptor) {
 			// remaining is not known (the store is not asked).
 			d.dec, d.decided = Decision{Allowed: true, Limit: el.rl.Name, Remaining: -1}, true
 		default:
-			batch = append(batch, []gcra.Request{{Key: d.key, Limit: el.lc.lim, Cost: d.cost}})
+			if reqs == nil {
+				reqs = make([]gcra.Request, 0, len(ds)-i)
+			}
+			reqs = append(reqs, gcra.Request{Key: d.key, Limit: el.lc.lim, Cost: d.cost})
 			owners = append(owners, i)
 		}
 	}
-	if len(batch) > 0 {
+	if len(reqs) > 0 {
+		batch = make([][]gcra.Request, len(reqs))
+		for k := range reqs {
+			batch[k] = reqs[k : k+1 : k+1]
+		}
 		answers, reason := s.callStoreBatch(ctx, batch)
 		for k, i := range owners {
 			d := &ds[i]
@@ -317,11 +337,20 @@ func (t *envoyTable) answer(ds []envoyDescriptor) *rlsv3.RateLimitResponse {
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds)),
 	}
+	// One allocation for the statuses and one for their durations.
+	sts := make([]rlsv3.RateLimitResponse_DescriptorStatus, len(ds))
+	durs := make([]durationpb.Duration, len(ds))
+	dur := func(i int, d time.Duration) *durationpb.Duration {
+		p := &durs[i]
+		p.Seconds, p.Nanos = int64(d/time.Second), int32(d%time.Second)
+		return p
+	}
 	closest := -1 // the descriptor closest to its limit, for the headers
 	var closestLeft uint32 = math.MaxUint32
 	for i := range ds {
 		d := &ds[i]
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		st := &sts[i]
+		st.Code = rlsv3.RateLimitResponse_OK
 		resp.Statuses[i] = st
 		switch {
 		case d.unlimited:
@@ -336,13 +365,13 @@ func (t *envoyTable) answer(ds []envoyDescriptor) *rlsv3.RateLimitResponse {
 				continue // a check: the store was not asked
 			}
 			st.LimitRemaining = uint32(min(d.dec.Remaining, math.MaxUint32))
-			st.DurationUntilReset = durationpb.New(d.dec.ResetAfter)
+			st.DurationUntilReset = dur(i, d.dec.ResetAfter)
 			if closest < 0 || st.LimitRemaining < closestLeft {
 				closest, closestLeft = i, st.LimitRemaining
 			}
 			continue
 		}
-		st.DurationUntilReset = durationpb.New(d.dec.RetryAfter)
+		st.DurationUntilReset = dur(i, d.dec.RetryAfter)
 		src := d.lim.src
 		if t.opts.QuotaMode || src != nil && (src.Shadow || src.Quota) {
 			// Shadow: the limit would deny; quota: its violation is for
@@ -374,25 +403,46 @@ func (t *envoyTable) answer(ds []envoyDescriptor) *rlsv3.RateLimitResponse {
 	return resp
 }
 
-// envoyKey is the store key of a descriptor's counter in domain: every
-// part escaped (keys.Escape never writes ':' or '='), so distinct
-// descriptors never share a key, and the whole descriptor is the hash tag,
-// so that a Redis Cluster spreads one domain's counters over its slots.
+// envoyKey is the store key of a descriptor's counter in domain:
+// keys.Key(T, "envoy") for the tenant part T = escape(prefix) ":"
+// escape(domain) then ":" escape(key) "=" escape(value) per entry (keys
+// .Escape never writes ':' or '='), so distinct descriptors never share a
+// key; the whole descriptor is the hash tag, so that a Redis Cluster spreads
+// one domain's counters over its slots. It is written in one pass (T
+// escaped twice, as keys.Key escapes T), with one allocation.
 func envoyKey(prefix, domain string, es []envoyconf.Entry) string {
-	var b strings.Builder
+	var buf [256]byte
+	b := append(buf[:0], keys.Prefix+":"+keys.Version+":{"...)
 	if prefix != "" {
-		b.WriteString(keys.Escape(prefix))
-		b.WriteByte(':')
+		b = appendEscapedTwice(b, prefix)
+		b = append(b, "%3A"...)
 	}
-	b.WriteString(keys.Escape(domain))
+	b = appendEscapedTwice(b, domain)
 	for _, e := range es {
-		b.WriteByte(':')
-		b.WriteString(keys.Escape(e.Key))
-		b.WriteByte('=')
-		b.WriteString(keys.Escape(e.Value))
+		b = append(b, "%3A"...)
+		b = appendEscapedTwice(b, e.Key)
+		b = append(b, "%3D"...)
+		b = appendEscapedTwice(b, e.Value)
 	}
-	k, _ := keys.Key(b.String(), "envoy") // neither part is empty
-	return k
+	b = append(b, "}:envoy"...)
+	return string(b)
+}
+
+const hexUpper = "0123456789ABCDEF"
+
+// appendEscapedTwice appends keys.Escape(keys.Escape(s)): bytes keys leaves
+// alone as they are, every other byte c as "%25" and c's two hex digits
+// (the '%' of its first escape, escaped).
+func appendEscapedTwice(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~' {
+			b = append(b, c)
+			continue
+		}
+		b = append(b, '%', '2', '5', hexUpper[c>>4], hexUpper[c&15])
+	}
+	return b
 }
 
 // envoyError counts a refused RLS call (the original's service_error) and

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/allot-dev/allot/gcra/keys"
 	"github.com/allot-dev/allot/gcra/redisstore"
 	"github.com/allot-dev/allot/internal/redistest"
 	"github.com/allot-dev/allot/internal/wait"
@@ -456,4 +457,39 @@ func TestEnvoyStoreFailure(t *testing.T) {
 			}
 		})
 	}
+}
+
+// envoyKeyReference is envoyKey as keys.Key builds it: the reference the
+// one-pass envoyKey must equal.
+func envoyKeyReference(prefix, domain string, es []envoyconf.Entry) string {
+	var b strings.Builder
+	if prefix != "" {
+		b.WriteString(keys.Escape(prefix) + ":")
+	}
+	b.WriteString(keys.Escape(domain))
+	for _, e := range es {
+		b.WriteString(":" + keys.Escape(e.Key) + "=" + keys.Escape(e.Value))
+	}
+	k, _ := keys.Key(b.String(), "envoy")
+	return k
+}
+
+func FuzzEnvoyKey(f *testing.F) {
+	f.Add("", "edge", "remote_address", "10.0.0.1", "path", "/a:b=c%d{e}")
+	f.Add("p:x", "dom ain", "k", "", "ключ", "\x00\xff")
+	f.Fuzz(func(t *testing.T, prefix, domain, k1, v1, k2, v2 string) {
+		es := []envoyconf.Entry{{Key: k1, Value: v1}, {Key: k2, Value: v2}}
+		got, want := envoyKey(prefix, domain, es), envoyKeyReference(prefix, domain, es)
+		if got != want {
+			t.Fatalf("envoyKey = %q, want %q", got, want)
+		}
+		parts, err := keys.Parse(got)
+		if err != nil || parts.Limit != "envoy" {
+			t.Fatalf("Parse(%q) = %+v, %v", got, parts, err)
+		}
+		// Distinct descriptors never share a key.
+		if other := envoyKey(prefix, domain, []envoyconf.Entry{{Key: k1, Value: v1 + k2}, {Key: "", Value: v2}}); other == got && k2 != "" {
+			t.Fatalf("%v and a different descriptor share key %q", es, got)
+		}
+	})
 }
