@@ -2,6 +2,7 @@ package regional
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -50,6 +51,15 @@ type EnvoyOptions struct {
 	// KeyPrefix starts every counter's key (its CACHE_KEY_PREFIX), so that
 	// several deployments can share one Redis.
 	KeyPrefix string
+	// Global maps limits of the configuration (by path, as /rlconfig
+	// lists them, e.g. edge.path_/api) to allot tenants: a descriptor
+	// that limit matches is decided as a request of that tenant by allot's
+	// policy, so it spends the tenant's global budget, shared across
+	// regions by the coordinator, instead of a counter of this region's
+	// own. Only a limit with one counter can be global (exact values on
+	// its path: no bare key, no wildcard without share_threshold). Needs
+	// etcd.
+	Global map[string]string
 }
 
 // Envoy answer limits: a request beyond them is refused as malformed.
@@ -77,6 +87,9 @@ type envoyLimit struct {
 	current *rlsv3.RateLimitResponse_RateLimit
 	// ec are its children of the original's metrics.
 	ec *envoyCounters
+	// tenant, when set, is the allot tenant whose budget the limit spends
+	// (EnvoyOptions.Global).
+	tenant string
 }
 
 func (s *Service) newEnvoyLimit(src *envoyconf.Limit, name string, rpu uint32, unit string, failClosed bool) (*envoyLimit, error) {
@@ -131,6 +144,23 @@ func (s *Service) SetEnvoyConfig(cfg *envoyconf.Config, opts EnvoyOptions) error
 	if opts.ResetHeader == "" {
 		opts.ResetHeader = "RateLimit-Reset"
 	}
+	if len(opts.Global) > 0 && s.cfg.Etcd == nil {
+		return errors.New("global limits: need etcd (ALLOT_ETCD): the coordinator shares their budgets across regions")
+	}
+	for path, tenant := range opts.Global {
+		l, ok := cfg.Limit(path)
+		switch {
+		case !ok:
+			return fmt.Errorf("global limit %q: no such limit in the configuration (its paths: see /rlconfig)", path)
+		case l.Unlimited:
+			return fmt.Errorf("global limit %q: unlimited, nothing to share", path)
+		case l.PerValue:
+			return fmt.Errorf("global limit %q: counts each value of a key apart (a bare key or a wildcard on its path); only a limit with one counter can spend one global budget", path)
+		}
+		if err := policy.ValidateTenant(tenant); err != nil {
+			return fmt.Errorf("global limit %q: tenant %q: %w", path, tenant, err)
+		}
+	}
 	t := &envoyTable{cfg: cfg, opts: opts, limits: map[*envoyconf.Limit]*envoyLimit{}}
 	for _, l := range cfg.All() {
 		if l.Unlimited {
@@ -140,6 +170,7 @@ func (s *Service) SetEnvoyConfig(cfg *envoyconf.Config, opts EnvoyOptions) error
 		if err != nil {
 			return fmt.Errorf("%s:%d: limit %s: %w", l.File, l.Line, l.Path, err)
 		}
+		el.tenant = opts.Global[l.Path]
 		t.limits[l] = el
 	}
 	s.envoy.Store(t)
@@ -160,9 +191,10 @@ type envoyDescriptor struct {
 	unlimited bool
 	key       string
 	cost      int64
-	// dec is the decision; decided is set once it is made.
-	dec     Decision
-	decided bool
+	// dec is the decision; decided is set once it is made; global when
+	// Decide made it (and counted it).
+	dec             Decision
+	decided, global bool
 }
 
 // envoyRateLimit answers an RLS request from t, following envoyproxy/
@@ -248,14 +280,19 @@ func (s *Service) envoyRateLimit(ctx context.Context, t *envoyTable, r *rlsv3.Ra
 			ds[i].lim = nil
 		}
 	}
-	s.envoyDecide(ctx, ds)
+	if err := s.envoyDecide(ctx, ds); err != nil {
+		return nil, GRPCError(err)
+	}
 	return t.answer(ds), nil
 }
 
 // envoyDecide decides every descriptor with a limit: those the store must
 // count in one round trip, each on its own (not all or nothing), each
-// falling back by its on_failure when the store fails for it.
-func (s *Service) envoyDecide(ctx context.Context, ds []envoyDescriptor) {
+// falling back by its on_failure when the store fails for it; those of a
+// global limit as requests of its tenant (Decide), which spend the
+// tenant's share of its global budget. It fails only when a global limit's
+// tenant cannot be decided yet (no policy).
+func (s *Service) envoyDecide(ctx context.Context, ds []envoyDescriptor) error {
 	var batch [][]gcra.Request
 	var reqs []gcra.Request // batch's requests, one backing array
 	var ownBuf [4]int
@@ -267,6 +304,16 @@ func (s *Service) envoyDecide(ctx context.Context, ds []envoyDescriptor) {
 			continue
 		}
 		switch {
+		case el.tenant != "" && d.cost > 0:
+			dec, err := s.Decide(ctx, map[string]string{"tenant": el.tenant}, d.cost)
+			if errors.Is(err, ErrBadRequest) {
+				// A cost above what the budget can ever admit.
+				dec, err = Decision{Limit: el.rl.Name, RetryAfter: el.rl.Rate.Period}, nil
+			}
+			if err != nil {
+				return fmt.Errorf("global limit %s (tenant %s): %w", el.rl.Name, el.tenant, err)
+			}
+			d.dec, d.decided, d.global = dec, true, true
 		case !el.admits || d.cost > el.rl.Burst:
 			// Over the limit whatever the store holds: a limit of 0, or a
 			// cost above the burst (the original counts it over, too).
@@ -313,22 +360,32 @@ func (s *Service) envoyDecide(ctx context.Context, ds []envoyDescriptor) {
 		if !d.decided {
 			continue
 		}
-		c := s.counters(&d.lim.lc, d.lim.rl.Name)
 		ec, units := d.lim.ec, float64(d.cost)
 		ec.total.Add(units)
+		c := s.counters(&d.lim.lc, d.lim.rl.Name)
+		if d.global {
+			c = nil // Decide counted it, under the tenant's limit
+		}
 		switch {
 		case d.dec.Allowed:
-			c.allowed.Inc()
+			if c != nil {
+				c.allowed.Inc()
+			}
 			ec.within.Add(units)
 		case d.lim.src != nil && d.lim.src.Shadow:
-			c.shadowDenied.Inc()
+			if c != nil {
+				c.shadowDenied.Inc()
+			}
 			ec.over.Add(units)
 			ec.shadow.Add(units)
 		default:
-			c.denied.Inc()
+			if c != nil {
+				c.denied.Inc()
+			}
 			ec.over.Add(units)
 		}
 	}
+	return nil
 }
 
 // answer builds the RLS answer of decided descriptors.

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/allot-dev/allot/gcra/redisstore"
 	"github.com/allot-dev/allot/internal/redistest"
 	"github.com/allot-dev/allot/internal/wait"
+	"github.com/allot-dev/allot/policy"
 	"github.com/allot-dev/allot/policy/envoyconf"
 )
 
@@ -333,6 +335,11 @@ func TestEnvoyBadRequests(t *testing.T) {
 	if got := p.ask(t, "edge", 0, desc("remote_address=q")); got != "OK: OK/2" {
 		t.Errorf("after refused requests = %q, want the first charge", got)
 	}
+	// Global limits need the coordinator, hence etcd.
+	cfg := p.s.EnvoyConfig()
+	if err := p.s.SetEnvoyConfig(cfg, EnvoyOptions{Global: map[string]string{"edge.path_/free": "t"}}); err == nil || !strings.Contains(err.Error(), "etcd") {
+		t.Errorf("a global limit on a pod without etcd: %v, want an error naming etcd", err)
+	}
 }
 
 func TestEnvoyOptions(t *testing.T) {
@@ -492,4 +499,96 @@ func FuzzEnvoyKey(f *testing.F) {
 			t.Fatalf("%v and a different descriptor share key %q", es, got)
 		}
 	})
+}
+
+// TestEnvoyGlobalLimit marks one limit of an envoyproxy/ratelimit
+// configuration global: two regions of two pods each (a store per region)
+// hammer it at once, and together they admit no more than its tenant's
+// global budget R·t + B, and most of it; a per-value limit beside it stays
+// per region. Bad mappings are refused, naming the limit.
+func TestEnvoyGlobalLimit(t *testing.T) {
+	const R, B = 40.0, 20
+	r := newEventsRig(t, []string{"us-east", "eu-west"}, map[string]int{"us-east": 2, "eu-west": 2})
+	r.budget(t, "edge-api", policy.Budget{Rate: "40/s", Burst: B}, R)
+	f, err := envoyconf.ParseFile("config.yaml", []byte(`domain: edge
+descriptors:
+  - key: path
+    value: /api
+    rate_limit: {unit: second, requests_per_unit: 40}
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1000}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := envoyconf.Build([]*envoyconf.File{f}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pods []*pod
+	for _, ps := range r.pods {
+		pods = append(pods, ps...)
+	}
+	for _, c := range []struct {
+		global map[string]string
+		want   string
+	}{
+		{map[string]string{"edge.user": "edge-api"}, "counts each value"},
+		{map[string]string{"edge.path_/nope": "edge-api"}, "no such limit"},
+		{map[string]string{"edge.path_/api": "bad/tenant"}, "tenant"},
+	} {
+		if err := pods[0].s.SetEnvoyConfig(cfg, EnvoyOptions{Only: true, Global: c.global}); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Global %v: %v, want an error saying %q", c.global, err, c.want)
+		}
+	}
+	if pods[0].s.EnvoyConfig() != nil {
+		t.Error("a refused configuration was set")
+	}
+	for _, p := range pods {
+		if err := p.s.SetEnvoyConfig(cfg, EnvoyOptions{Only: true, Global: map[string]string{"edge.path_/api": "edge-api"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var admitted, users atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, p := range pods {
+		api := rlsAPI{s: p.s}
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				resp, err := api.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge",
+					Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("path=/api"), desc("user=u1")}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if resp.GetStatuses()[0].GetCode() == rlsv3.RateLimitResponse_OK {
+					admitted.Add(1)
+				}
+				if resp.GetStatuses()[1].GetCode() == rlsv3.RateLimitResponse_OK {
+					users.Add(1)
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(2 * time.Millisecond):
+				}
+			}
+		})
+	}
+	wg.Wait()
+	el := time.Since(start).Seconds()
+	got := float64(admitted.Load())
+	if most := R*el + B; got > most {
+		t.Errorf("four pods in two regions admitted %v of the global limit in %.2f s, more than R·t + B = %.1f", got, el, most)
+	}
+	if got < 0.6*R*el {
+		t.Errorf("admitted %v of the global limit in %.2f s, under 60%% of R·t = %.0f: the regions' shares do not add up to the budget", got, el, R*el)
+	}
+	// The per-value limit is each region's own (1000/s in each): not shared.
+	if u := users.Load(); u < int64(got)*3/2 {
+		t.Errorf("the regional per-user limit admitted %d, want far more than the global one's %v", u, got)
+	}
+	t.Logf("global limit: %v admitted in %.2f s (R·t + B = %.1f); regional per-user limit: %d", got, el, R*el+B, users.Load())
 }

@@ -129,15 +129,44 @@ func runEnvoy(ctx context.Context, s *streams, env func(string) (string, bool), 
 	reg.MustRegister(loadOK, loadErr)
 
 	cfg := regional.DefaultConfig()
-	cfg.Region, cfg.Pod, cfg.Store, cfg.StoreTimeout = "local", hostname(), store, st.StoreTimeout
+	cfg.Region, cfg.Pod, cfg.Store, cfg.StoreTimeout = st.Region, hostname(), store, st.StoreTimeout
 	cfg.Logger, cfg.Registerer = log, reg
-	svc, err := regional.New(cfg)
-	if err != nil {
-		return usageError{err}
-	}
 	opts := regional.EnvoyOptions{
 		ShadowMode: st.ShadowMode, QuotaMode: st.QuotaMode, FailClosed: st.FailClosed, KeyPrefix: st.CacheKeyPrefix,
 		Headers: st.LimitHeaders, LimitHeader: st.LimitHeader, RemainingHeader: st.RemainingHeader, ResetHeader: st.ResetHeader,
+		Only: true,
+	}
+	if st.Etcd != "" {
+		// Joined to an allot cluster: global limits spend budgets the
+		// coordinator shares across regions.
+		etcd, err := newEtcdClient(st.Etcd, tlsconfig.DefaultClient("etcd-tls"), etcdAuth{})
+		if err != nil {
+			return err
+		}
+		defer etcd.Close()
+		cfg.Etcd = etcd
+		if st.ReportTokenFile != "" {
+			b, err := os.ReadFile(st.ReportTokenFile)
+			if err != nil {
+				return usagef("ALLOT_REPORT_TOKEN_FILE: %v", err)
+			}
+			if cfg.ReportToken = strings.TrimSpace(string(b)); cfg.ReportToken == "" {
+				return usagef("ALLOT_REPORT_TOKEN_FILE=%s: the file is empty", st.ReportTokenFile)
+			}
+		}
+		if st.GlobalLimits != "" {
+			b, err := os.ReadFile(st.GlobalLimits)
+			if err != nil {
+				return usagef("ALLOT_GLOBAL_LIMITS: %v", err)
+			}
+			if opts.Global, err = envoycompat.ParseGlobal(st.GlobalLimits, b); err != nil {
+				return usageError{err}
+			}
+		}
+	}
+	svc, err := regional.New(cfg)
+	if err != nil {
+		return usageError{err}
 	}
 	var loaded atomic.Bool
 	apply := func(c *envoyconf.Config) error {
@@ -276,7 +305,8 @@ func runEnvoy(ctx context.Context, s *streams, env func(string) (string, bool), 
 		source = "xds://" + st.XDS.ServerURL
 	}
 	log.Warn("envoy-ratelimit serving", "grpc", ls.grpc.Addr().String(), "http", ls.http.Addr().String(),
-		"debug", ls.debug.Addr().String(), "config", source, "redis", st.RedisURL, "redis_type", st.RedisType)
+		"debug", ls.debug.Addr().String(), "config", source, "redis", st.RedisURL, "redis_type", st.RedisType,
+		"etcd", st.Etcd, "region", st.Region, "global_limits", len(opts.Global))
 	err = g.Wait()
 	log.Warn("envoy-ratelimit stopped")
 	return err

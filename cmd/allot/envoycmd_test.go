@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/allot-dev/allot/internal/etcdtest"
 	"github.com/allot-dev/allot/internal/redistest"
 	"github.com/allot-dev/allot/internal/wait"
 )
@@ -386,4 +387,74 @@ func TestEnvoyRatelimitXDS(t *testing.T) {
 	if _, body := httpGet(t, "http://"+p.debug+"/rlconfig"); !strings.Contains(body, "requests_per_unit=5") {
 		t.Errorf("/rlconfig = %q", body)
 	}
+}
+
+// TestEnvoyRatelimitGlobal joins envoy-ratelimit to an allot cluster
+// (ALLOT_ETCD, ALLOT_REGION) and marks a limit of its configuration global
+// (ALLOT_GLOBAL_LIMITS): the limit then spends the tenant's budget through
+// the coordinator's grants, and its decisions count under the tenant's
+// budget limit.
+func TestEnvoyRatelimitGlobal(t *testing.T) {
+	srv := etcdtest.Start(t)
+	url := startCoordinatorOn(t, srv, "--insecure-reports", "--insecure-admin")
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "policy.yaml")
+	writeFile(t, pol, "version: 1\nregions: [us-east, eu-west]\ndefault_tier: free\nlimits:\n  - name: budget\n    descriptors: [tenant]\n    rate: budget\ntiers:\n  free:\n    budget: {rate: 1/s, burst: 2}\n")
+	if out, errOut, code := runCLI(t, "policy", "apply", "-f", pol, "--coordinator", url); code != 0 {
+		t.Fatalf("policy apply: %s %s", out, errOut)
+	}
+	if out, errOut, code := runCLI(t, "budget", "set", "edge-api", "--rate", "5/m", "--burst", "5", "--coordinator", url); code != 0 {
+		t.Fatalf("budget set: %s %s", out, errOut)
+	}
+	root := filepath.Join(dir, "rl")
+	writeFile(t, filepath.Join(root, "config", "edge.yaml"), "domain: edge\ndescriptors:\n  - key: path\n    value: /api\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+	global := filepath.Join(dir, "global.yaml")
+	writeFile(t, global, "global:\n  - limit: edge.path_/api\n    tenant: edge-api\n")
+	rs := redistest.Start(t)
+	p := startEnvoy(t, rs.Addr, map[string]string{
+		"RUNTIME_ROOT": root, "ALLOT_ETCD": srv.Endpoint, "ALLOT_REGION": "us-east", "ALLOT_GLOBAL_LIMITS": global,
+	})
+	c := p.rls(t) // serving: the policy, the budget and a grant are in
+	admitted := 0
+	wait.Until(t, 15*time.Second, func() error {
+		r, err := c.ShouldRateLimit(context.Background(), rlsReq("edge", "path", "/api"))
+		if err != nil {
+			return err
+		}
+		if r.GetOverallCode() == rlsv3.RateLimitResponse_OK {
+			admitted++
+		}
+		if admitted == 0 {
+			return errors.New("nothing admitted yet: no grant")
+		}
+		return nil
+	})
+	_, metrics := httpGet(t, "http://"+p.prom+"/metrics")
+	if !strings.Contains(metrics, `allot_decisions_total{limit="budget",region="us-east",result="allowed"}`) {
+		t.Errorf("the global limit's decisions are not counted under the tenant's budget limit:\n%s", grepLines(metrics, "allot_decisions_total"))
+	}
+	// One region of two, a budget of 5 a minute burst 5: this region's
+	// share never admits more than the whole budget in the test's minute.
+	for range 10 {
+		r, err := c.ShouldRateLimit(context.Background(), rlsReq("edge", "path", "/api"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.GetOverallCode() == rlsv3.RateLimitResponse_OK {
+			admitted++
+		}
+	}
+	if admitted > 5+1 {
+		t.Errorf("admitted %d of a global budget of 5 a minute (burst 5) within seconds", admitted)
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

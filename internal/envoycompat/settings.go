@@ -93,6 +93,19 @@ type Settings struct {
 	// ALLOT_RUNTIME_POLL (1s): how often the runtime directory is checked
 	// for changes.
 	RuntimePoll time.Duration
+	// ALLOT_ETCD: etcd endpoints (comma separated) of an allot cluster to
+	// join, for global limits: the pod then reports to the coordinator and
+	// decides them with its region's grants.
+	Etcd string
+	// ALLOT_REGION (local): this deployment's region in that cluster's
+	// policy.
+	Region string
+	// ALLOT_REPORT_TOKEN_FILE: the region token reports carry.
+	ReportTokenFile string
+	// ALLOT_GLOBAL_LIMITS: a file naming the configuration's limits that
+	// spend a global budget (ParseGlobal); kept outside the runtime
+	// directory, so the original service never reads it.
+	GlobalLimits string
 }
 
 // XDSSettings configure the xDS configuration source (CONFIG_TYPE=GRPC_XDS_SOTW).
@@ -366,6 +379,11 @@ func FromEnv(env func(string) (string, bool)) (Settings, []Ignored, error) {
 		StoreTimeout: r.duration("ALLOT_STORE_TIMEOUT", 5*time.Millisecond),
 		FailClosed:   r.choice("ALLOT_ON_FAILURE", "open", "open", "closed") == "closed",
 		RuntimePoll:  r.duration("ALLOT_RUNTIME_POLL", time.Second),
+
+		Etcd:            r.str("ALLOT_ETCD", ""),
+		Region:          r.str("ALLOT_REGION", "local"),
+		ReportTokenFile: r.str("ALLOT_REPORT_TOKEN_FILE", ""),
+		GlobalLimits:    r.str("ALLOT_GLOBAL_LIMITS", ""),
 	}
 	if r.err != nil {
 		return Settings{}, nil, r.err
@@ -408,6 +426,10 @@ func (s Settings) Validate() error {
 		return bad("ALLOT_STORE_TIMEOUT", s.StoreTimeout.String(), "want a positive duration, e.g. 5ms")
 	case s.RuntimePoll <= 0:
 		return bad("ALLOT_RUNTIME_POLL", s.RuntimePoll.String(), "want a positive duration, e.g. 1s")
+	case s.GlobalLimits != "" && s.Etcd == "":
+		return bad("ALLOT_GLOBAL_LIMITS", s.GlobalLimits, "global limits need ALLOT_ETCD: the coordinator of that cluster shares their budgets")
+	case s.Region == "":
+		return bad("ALLOT_REGION", s.Region, "want the region's name in the allot policy")
 	case s.ConfigType == "FILE" && s.RuntimeRoot == "":
 		return bad("RUNTIME_ROOT", s.RuntimeRoot, "want the directory the configuration files are under")
 	}

@@ -29,7 +29,7 @@ func TestSettingsDefaults(t *testing.T) {
 		LimitHeader: "RateLimit-Limit", RemainingHeader: "RateLimit-Remaining", ResetHeader: "RateLimit-Reset",
 		BackendType: "redis", RedisSocketType: "unix", RedisType: "SINGLE", RedisURL: "/var/run/nutcracker/ratelimit.sock",
 		RedisPoolSize: 10, RedisTimeout: 10 * time.Second,
-		StoreTimeout: 5 * time.Millisecond, RuntimePoll: time.Second,
+		StoreTimeout: 5 * time.Millisecond, RuntimePoll: time.Second, Region: "local",
 	}
 	want.XDS = XDSSettings{ServerURL: "localhost:18000", NodeID: "default", RetryInterval: 3 * time.Second,
 		BackoffInitial: 10 * time.Second, BackoffMax: 60 * time.Second, BackoffRandomFactor: 0.5, BackoffJitter: true}
@@ -99,6 +99,8 @@ func TestSettingsErrors(t *testing.T) {
 		{map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_RESET_HEADER": "X Reset"}, "LIMIT_RESET_HEADER"},
 		{map[string]string{"ALLOT_ON_FAILURE": "maybe"}, "ALLOT_ON_FAILURE"},
 		{map[string]string{"ALLOT_STORE_TIMEOUT": "0s"}, "ALLOT_STORE_TIMEOUT"},
+		{map[string]string{"ALLOT_GLOBAL_LIMITS": "/etc/allot/global.yaml"}, "ALLOT_GLOBAL_LIMITS"},
+		{map[string]string{"ALLOT_REGION": ""}, "ALLOT_REGION"},
 	} {
 		_, _, err := FromEnv(envOf(c.env))
 		if !errors.Is(err, ErrSetting) || !strings.Contains(err.Error(), c.name+"=") {

@@ -86,6 +86,10 @@ type Limit struct {
 	Quota           bool
 	DetailedMetric  bool
 	Replaces        []string
+	// PerValue is set when the limit counts each value of some entry
+	// apart (a bare key, or a wildcard value without share_threshold, on
+	// its path): one counter per distinct descriptor, not one in all.
+	PerValue bool
 	// File and Line locate the rate_limit.
 	File string
 	Line int
@@ -455,6 +459,16 @@ func (c *Config) HasDomain(domain string) bool {
 // Files returns the names of the files the config was built from.
 func (c *Config) Files() []string { return c.files }
 
+// Limit returns the limit at path (as Limit.Path names it), if any.
+func (c *Config) Limit(path string) (*Limit, bool) {
+	for _, l := range c.all {
+		if l.Path == path {
+			return l, true
+		}
+	}
+	return nil, false
+}
+
 // Limits returns how many rate limits the config holds.
 func (c *Config) Limits() int { return len(c.all) }
 
@@ -476,7 +490,7 @@ func Build(files []*File, merge bool) (*Config, error) {
 			root = newNode()
 			c.domains[f.Domain] = root
 		}
-		if err := c.load(f, root, f.Domain+".", f.descs); err != nil {
+		if err := c.load(f, root, f.Domain+".", f.descs, false); err != nil {
 			return nil, err
 		}
 		c.files = append(c.files, f.Name)
@@ -484,7 +498,7 @@ func Build(files []*File, merge bool) (*Config, error) {
 	return c, nil
 }
 
-func (c *Config) load(f *File, n *node, parent string, descs []descriptor) error {
+func (c *Config) load(f *File, n *node, parent string, descs []descriptor, perValue bool) error {
 	for _, d := range descs {
 		if d.key == "" {
 			return &FieldError{File: f.Name, Line: d.line, Field: d.field + ".key", Msg: "descriptor has empty key"}
@@ -502,8 +516,9 @@ func (c *Config) load(f *File, n *node, parent string, descs []descriptor) error
 			return &FieldError{File: f.Name, Line: d.line, Field: d.field + ".share_threshold", Msg: fmt.Sprintf("share_threshold can only be used with wildcard values (ending with '*'), but found key '%s'", k)}
 		}
 		child := newNode()
+		pv := perValue || d.value == "" || wild && !d.share
 		if l := d.limit; l != nil {
-			l.Path, l.Shadow, l.Quota, l.DetailedMetric = full, d.shadow, d.quota, d.detailed
+			l.Path, l.Shadow, l.Quota, l.DetailedMetric, l.PerValue = full, d.shadow, d.quota, d.detailed, pv
 			child.limit = l
 			c.all = append(c.all, l)
 		}
@@ -513,7 +528,7 @@ func (c *Config) load(f *File, n *node, parent string, descs []descriptor) error
 		if wild {
 			n.wildcards = append(n.wildcards, k)
 		}
-		if err := c.load(f, child, full+".", d.children); err != nil {
+		if err := c.load(f, child, full+".", d.children, pv); err != nil {
 			return err
 		}
 		n.children[k] = child

@@ -287,3 +287,54 @@ func FuzzParseFile(f *testing.F) {
 		}
 	})
 }
+
+func TestPerValue(t *testing.T) {
+	f, err := envoyconf.ParseFile("c.yaml", []byte(`domain: d
+descriptors:
+  - key: fixed
+    value: a
+    rate_limit: {unit: second, requests_per_unit: 1}
+    descriptors:
+      - key: sub
+        value: b
+        rate_limit: {unit: second, requests_per_unit: 1}
+      - key: any
+        rate_limit: {unit: second, requests_per_unit: 1}
+  - key: bare
+    rate_limit: {unit: second, requests_per_unit: 1}
+    descriptors:
+      - key: under
+        value: x
+        rate_limit: {unit: second, requests_per_unit: 1}
+  - key: wild
+    value: p*
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: shared
+    value: p*
+    share_threshold: true
+    rate_limit: {unit: second, requests_per_unit: 1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := envoyconf.Build([]*envoyconf.File{f}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]bool{
+		"d.fixed_a": false, "d.fixed_a.sub_b": false, "d.fixed_a.any": true,
+		"d.bare": true, "d.bare.under_x": true, "d.wild_p*": true, "d.shared_p*": false,
+	} {
+		l, ok := c.Limit(path)
+		if !ok {
+			t.Errorf("no limit at %s", path)
+			continue
+		}
+		if l.PerValue != want {
+			t.Errorf("%s: PerValue = %v, want %v", path, l.PerValue, want)
+		}
+	}
+	if _, ok := c.Limit("d.nothing"); ok {
+		t.Error("Limit found a path that is not there")
+	}
+}
