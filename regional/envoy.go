@@ -148,14 +148,8 @@ func (s *Service) SetEnvoyConfig(cfg *envoyconf.Config, opts EnvoyOptions) error
 		return errors.New("global limits: need etcd (ALLOT_ETCD): the coordinator shares their budgets across regions")
 	}
 	for path, tenant := range opts.Global {
-		l, ok := cfg.Limit(path)
-		switch {
-		case !ok:
-			return fmt.Errorf("global limit %q: no such limit in the configuration (its paths: see /rlconfig)", path)
-		case l.Unlimited:
-			return fmt.Errorf("global limit %q: unlimited, nothing to share", path)
-		case l.PerValue:
-			return fmt.Errorf("global limit %q: counts each value of a key apart (a bare key or a wildcard on its path); only a limit with one counter can spend one global budget", path)
+		if err := cfg.CheckGlobal(path); err != nil {
+			return err
 		}
 		if err := policy.ValidateTenant(tenant); err != nil {
 			return fmt.Errorf("global limit %q: tenant %q: %w", path, tenant, err)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -70,6 +71,10 @@ Settings that have no meaning here (statsd, local caches, per-second Redis)
 are accepted and logged once each. allot's own: ALLOT_STORE_TIMEOUT (5ms,
 one Redis call of a decision), ALLOT_ON_FAILURE (open: a local limiter
 while Redis is down; closed: deny), ALLOT_RUNTIME_POLL (1s).
+
+To share a limit's budget across regions, join an allot cluster (ALLOT_ETCD,
+ALLOT_REGION, ALLOT_REPORT_TOKEN_FILE) and name the limit in ALLOT_GLOBAL_LIMITS,
+a file of allot's own (docs/envoy-ratelimit.md, "One limit across regions").
 
 Invoked as 'ratelimit' (the original's /bin/ratelimit), allot runs this
 command, so an image swap is the whole migration.`,
@@ -352,6 +357,22 @@ func envoyCheck(s *streams, st envoycompat.Settings, rt envoycompat.Runtime) err
 	fmt.Fprintf(s.out, "settings ok; %s: %d files, %d domains (%s), %d limits\n", rt.Dir(), len(cfg.Files()), len(cfg.Domains()),
 		strings.Join(cfg.Domains(), ", "), cfg.Limits())
 	fmt.Fprint(s.out, cfg.Dump())
+	if st.GlobalLimits != "" {
+		b, err := os.ReadFile(st.GlobalLimits)
+		if err != nil {
+			return usagef("ALLOT_GLOBAL_LIMITS: %v", err)
+		}
+		global, err := envoycompat.ParseGlobal(st.GlobalLimits, b)
+		if err != nil {
+			return err
+		}
+		for _, path := range slices.Sorted(maps.Keys(global)) {
+			if err := cfg.CheckGlobal(path); err != nil {
+				return fmt.Errorf("%s: %w", st.GlobalLimits, err)
+			}
+			fmt.Fprintf(s.out, "global: %s spends tenant %s's budget\n", path, global[path])
+		}
+	}
 	return nil
 }
 

@@ -410,6 +410,19 @@ func TestEnvoyRatelimitGlobal(t *testing.T) {
 	writeFile(t, filepath.Join(root, "config", "edge.yaml"), "domain: edge\ndescriptors:\n  - key: path\n    value: /api\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
 	global := filepath.Join(dir, "global.yaml")
 	writeFile(t, global, "global:\n  - limit: edge.path_/api\n    tenant: edge-api\n")
+	// --check validates the global file against the configuration.
+	checkEnv := map[string]string{"RUNTIME_ROOT": root, "ALLOT_ETCD": srv.Endpoint, "ALLOT_GLOBAL_LIMITS": global}
+	var out bytes.Buffer
+	if err := runEnvoy(context.Background(), &streams{out: &out, err: io.Discard}, func(k string) (string, bool) { v, ok := checkEnv[k]; return v, ok }, true, nil); err != nil ||
+		!strings.Contains(out.String(), "global: edge.path_/api spends tenant edge-api's budget") {
+		t.Errorf("--check with a global file = %v\n%s", err, out.String())
+	}
+	bad := filepath.Join(dir, "bad-global.yaml")
+	writeFile(t, bad, "global:\n  - limit: edge.path\n    tenant: edge-api\n")
+	checkEnv["ALLOT_GLOBAL_LIMITS"] = bad
+	if err := runEnvoy(context.Background(), &streams{out: io.Discard, err: io.Discard}, func(k string) (string, bool) { v, ok := checkEnv[k]; return v, ok }, true, nil); err == nil || !strings.Contains(err.Error(), "no such limit") {
+		t.Errorf("--check with a global limit not in the configuration: %v", err)
+	}
 	rs := redistest.Start(t)
 	p := startEnvoy(t, rs.Addr, map[string]string{
 		"RUNTIME_ROOT": root, "ALLOT_ETCD": srv.Endpoint, "ALLOT_REGION": "us-east", "ALLOT_GLOBAL_LIMITS": global,

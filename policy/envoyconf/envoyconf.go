@@ -469,6 +469,22 @@ func (c *Config) Limit(path string) (*Limit, bool) {
 	return nil, false
 }
 
+// CheckGlobal reports why the limit at path cannot spend one budget shared
+// across regions: it is not in the config, it is unlimited, or it counts
+// each value of a key apart (PerValue). nil when it can.
+func (c *Config) CheckGlobal(path string) error {
+	l, ok := c.Limit(path)
+	switch {
+	case !ok:
+		return fmt.Errorf("global limit %q: no such limit in the configuration (its paths: see /rlconfig or --check)", path)
+	case l.Unlimited:
+		return fmt.Errorf("global limit %q: unlimited, nothing to share", path)
+	case l.PerValue:
+		return fmt.Errorf("global limit %q: counts each value of a key apart (a bare key or a wildcard on its path); only a limit with one counter can spend one global budget", path)
+	}
+	return nil
+}
+
 // Limits returns how many rate limits the config holds.
 func (c *Config) Limits() int { return len(c.all) }
 
