@@ -44,8 +44,15 @@ type harness struct {
 	loadRounds []string
 
 	// allot regional's HTTP base, for its metrics.
-	allotHTTP    string
-	allotVersion string
+	allotHTTP string
+	// allotBin is allot's binary, built once for every allot case
+	// (allotBinary), and what it was built from.
+	allotBin      string
+	allotVersion  string
+	allotBuildErr error
+	// envoyRoot is the RUNTIME_ROOT envoyproxy/ratelimit and allot
+	// envoy-ratelimit share (envoyRuntime).
+	envoyRoot string
 	// src is what this harness was compiled from.
 	src      harnessSource
 	envoyBin string
@@ -107,6 +114,9 @@ func bench(ctx context.Context, cfg config, stderr io.Writer) (err error) {
 	if cfg.has(groupAllot) {
 		if err := h.setupAllot(ctx); err != nil {
 			h.skip(groupAllot, err)
+		}
+		if err := h.setupAllotEnvoy(ctx); err != nil {
+			h.skip(groupAllot+" ("+allotEnvoyPeer+")", err)
 		}
 	}
 	if cfg.has(groupEnvoy) {

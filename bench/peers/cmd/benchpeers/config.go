@@ -112,7 +112,8 @@ Measures, in one run on this machine, allot end to end (allot regional as its
 own process: gRPC Decide, Envoy RLS ShouldRateLimit, HTTP POST /v1/decide;
 exact and leased limits; and, on the exact limit, Decide through allot's Go
 client with its default coalescing and raw DecideBatch RPCs of --batch
-decisions) against the physical limit of its Redis
+decisions; and allot envoy-ratelimit, standalone, with Envoy's ratelimit's
+environment and configuration) against the physical limit of its Redis
 (redis-benchmark running allot's GCRA script by EVALSHA, unpipelined and
 pipelined) and against peers on the same Redis: Envoy's reference ratelimit
 service, go-redis/redis_rate/v10 behind a minimal RLS server, and gubernator v2

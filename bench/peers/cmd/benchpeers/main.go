@@ -11,7 +11,9 @@
 // one (lease: 10), and on the exact limit also through allot's Go client
 // (package client, compiled into this harness; its default coalescing merges
 // concurrent calls into DecideBatch RPCs) and by raw DecideBatch RPCs of 64
-// decisions. The peers are Envoy's reference ratelimit service,
+// decisions. The same binary also runs as `allot envoy-ratelimit`, standalone,
+// with the environment and configuration directory Envoy's ratelimit gets,
+// driven by the same RLS requests. The peers are Envoy's reference ratelimit service,
 // go-redis/redis_rate/v10 behind a minimal RLS server, and gubernator v2;
 // every server is a process of its own. One closed-loop load generator
 // (fixed concurrency, each goroutine with one call in flight) drives every

@@ -102,7 +102,11 @@ func waitReady(ctx context.Context, p *proc, within time.Duration, check func(co
 			return nil
 		}
 		if p != nil && p.exited() {
-			return fmt.Errorf("%s exited (%v) before it was ready: %w\n--- %s (last lines)\n%s", p.name, p.err, err, p.log, p.tail(20))
+			status := "exit status 0"
+			if p.err != nil {
+				status = p.err.Error()
+			}
+			return fmt.Errorf("%s exited (%s) before it was ready: %w\n--- %s (last lines)\n%s", p.name, status, err, p.log, p.tail(20))
 		}
 		select {
 		case <-ctx.Done():

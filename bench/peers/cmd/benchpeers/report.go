@@ -29,6 +29,9 @@ type peer struct {
 	Batch int
 	// pid is the server process whose CPU time the case reads (0: none).
 	pid int
+	// metrics is the Prometheus endpoint of an allot peer's process, for
+	// allot_fallback_decisions_total.
+	metrics string
 }
 
 // result is one case (peer × concurrency) of one round.
@@ -358,10 +361,10 @@ func writeMarkdown(w io.Writer, rep report) {
 	fmt.Fprintf(w, "- Throughput is the decisions answered within the measured window over its length; p50 and p99 are client-side latencies of those decisions (every one recorded, nearest rank). A case with any error is marked; errors are not decisions.%s\n", batchMethod(rep.Peers))
 	fmt.Fprintf(w, "- Keys: tenants `bench-0` … `bench-%d` in rotation, one key per tenant and peer. Limit: %s per second, burst %s, per key, so nothing is denied and every decision writes its key (the dearer path).\n",
 		cfg.tenants-1, fmtInt(benchRate), fmtInt(benchBurst))
-	fmt.Fprintf(w, "- RLS peers (allot's RLS, Envoy's ratelimit, redis_rate) are driven by the same client code with byte-identical requests: domain `%s`, one descriptor `{tenant, %s}`, hits 1.\n", rlsDomain, modeKey)
+	fmt.Fprintf(w, "- RLS peers (allot regional's RLS, allot envoy-ratelimit, Envoy's ratelimit, redis_rate) are driven by the same client code with byte-identical requests: domain `%s`, one descriptor `{tenant, %s}`, hits 1.\n", rlsDomain, modeKey)
 	fmt.Fprintf(w, "- Redis calls per decision: client commands in `INFO commandstats` read as the measured window opens and closes ÷ the decisions counted in it; a script call counts once (Redis also counts the commands a script runs; those are left out). Redis CPU per decision: the redis-server process's user + system CPU time over the same window (`INFO cpu`, network I/O included) ÷ the same decisions. Script µs per call: `EVALSHA` execution time ÷ calls. Server and client CPU per decision: the server process's user + system CPU time (`/proc/PID/stat`, all threads, 10 ms ticks) and the load generator's (`getrusage`; redis-benchmark's own for the physical limit) over the same window ÷ the same decisions. With %d vCPUs, %s ÷ the total CPU per decision bounds decisions per second.\n", m.Cores, fmtInt(float64(m.Cores)*1e6))
-	fmt.Fprintf(w, "- allot runs as `allot regional` (built from the main module) with `--store-timeout 1s`, beside `allot coordinator` and an etcd, each its own process; the policy has two regional limits on `{tenant, %s}`: `exact` and `leased` (`lease: %d`). allot's fallback decisions (its `allot_fallback_decisions_total`) are counted per case: %s.\n\n",
-		modeKey, allotLease, fallbackSummary(cells, allot, cfg.conc))
+	fmt.Fprintf(w, "- allot runs as `allot regional` (built from the main module) with `--store-timeout 1s`, beside `allot coordinator` and an etcd, each its own process; the policy has two regional limits on `{tenant, %s}`: `exact` and `leased` (`lease: %d`).%s allot's fallback decisions (its `allot_fallback_decisions_total`, read from each allot process) are counted per case: %s.\n\n",
+		modeKey, allotLease, allotEnvoyMethod(rep.Peers), fallbackSummary(cells, allot, cfg.conc))
 
 	fmt.Fprintf(w, "## Peers\n\n| peer | what runs |\n| --- | --- |\n")
 	for _, p := range rep.Peers {
@@ -421,9 +424,11 @@ func writeMarkdown(w io.Writer, rep report) {
 	}
 	fmt.Fprintln(w)
 
+	writeEnvoyPair(w, rep, cells)
+
 	if len(allot) > 0 && len(others) > 0 {
 		fmt.Fprintf(w, "## allot ÷ peer\n\n")
-		fmt.Fprintf(w, "Per cell: decisions/s ratio (above 1: allot answers more) / p99 ratio (below 1: allot's tail is shorter) / CPU ratio, server + Redis µs per decision (below 1: allot costs less), medians of the rounds at the same concurrency; † marks a ratio whose two sides do not overlap (every round of one above every round of the other%s). Throughput and latency here move with whatever else the shared machine runs; CPU per decision moves less. The like-for-like rows are `allot-rls-exact` against the RLS peers (same client, same requests, GCRA or counters in the same Redis) and `allot-grpc-*` against gubernator (each its own gRPC API, one decision per call).%s\n\n", chance(cfg.rounds), batchRatioNote(allot))
+		fmt.Fprintf(w, "Per cell: decisions/s ratio (above 1: allot answers more) / p99 ratio (below 1: allot's tail is shorter) / CPU ratio, server + Redis µs per decision (below 1: allot costs less), medians of the rounds at the same concurrency; † marks a ratio whose two sides do not overlap (every round of one above every round of the other%s). Throughput and latency here move with whatever else the shared machine runs; CPU per decision moves less. The like-for-like rows are `%s` against `envoy-ratelimit` (the same process shape, environment, configuration file and requests), `allot-rls-exact` against the RLS peers (same client, same requests, GCRA or counters in the same Redis) and `allot-grpc-*` against gubernator (each its own gRPC API, one decision per call).%s\n\n", chance(cfg.rounds), allotEnvoyPeer, batchRatioNote(allot))
 		fmt.Fprintf(w, "| allot | concurrency |")
 		for _, o := range others {
 			fmt.Fprintf(w, " ÷ `%s` |", o.Name)
@@ -493,8 +498,73 @@ func writeMarkdown(w io.Writer, rep report) {
 		}
 	}
 
-	fmt.Fprintf(w, "## Reproduce\n\n```sh\nmake bench-peers%s   # this run\nmake bench-peers ARGS=--quick   # about 2 minutes\n# every peer side by side, or two of them (p-values need --rounds 4 or more):\n/root/go/bin/benchstat -col /peer bench/results/peers/raw.txt\n/root/go/bin/benchstat -filter '/peer:(envoy-ratelimit OR allot-rls-exact)' -col /peer bench/results/peers/raw.txt\n```\n",
+	fmt.Fprintf(w, "## Reproduce\n\n```sh\nmake bench-peers%s   # this run\nmake bench-peers ARGS=--quick   # about 2 minutes\n# every peer side by side, or two of them (p-values need --rounds 4 or more):\n/root/go/bin/benchstat -col /peer bench/results/peers/raw.txt\n/root/go/bin/benchstat -filter '/peer:(envoy-ratelimit OR allot-envoy-ratelimit OR allot-rls-exact)' -col /peer bench/results/peers/raw.txt\n```\n",
 		makeArgs(cfg))
+}
+
+// writeEnvoyPair writes allot envoy-ratelimit beside envoyproxy/ratelimit,
+// with their ratios at each concurrency, when both ran.
+func writeEnvoyPair(w io.Writer, rep report, cells map[cellKey]cell) {
+	var a, o *peer
+	for i := range rep.Peers {
+		switch rep.Peers[i].Name {
+		case allotEnvoyPeer:
+			a = &rep.Peers[i]
+		case "envoy-ratelimit":
+			o = &rep.Peers[i]
+		}
+	}
+	if a == nil || o == nil {
+		return
+	}
+	fmt.Fprintf(w, "## allot envoy-ratelimit against envoyproxy/ratelimit\n\n")
+	fmt.Fprintf(w, "Like for like: each is one process started with the same environment (but its three ports) and the same configuration directory (`RUNTIME_ROOT/ratelimit/config/bench.yaml`: domain `%s`, `tenant` → `%s`, %s per second), on the same Redis, driven by the same RLS client with the same requests. allot enforces the limit by GCRA (one script call per descriptor), the original by a fixed window (`INCRBY` + `EXPIRE`). Ratio rows: allot ÷ the original (decisions/s above 1: allot answers more; latency and CPU below 1: allot's is lower; † as in the next table).\n\n",
+		rlsDomain, modeKey, fmtInt(benchRate))
+	fmt.Fprintf(w, "| concurrency | peer | decisions/s | range | p50 | p99 | Redis calls / decision | CPU µs / decision: server + Redis + client = total | errors |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, c := range rep.Cfg.conc {
+		ax, aok := cells[cellKey{a.Name, c}]
+		ox, ook := cells[cellKey{o.Name, c}]
+		for _, row := range []struct {
+			p  *peer
+			x  cell
+			ok bool
+		}{{o, ox, ook}, {a, ax, aok}} {
+			if !row.ok {
+				continue
+			}
+			x := row.x
+			errs := strconv.FormatInt(x.Errors, 10)
+			if x.Errors > 0 {
+				errs = fmt.Sprintf("**%d** (%s)", x.Errors, firstLine(x.FirstErr))
+			}
+			if x.Denied > 0 {
+				errs += fmt.Sprintf("; %d denied", x.Denied)
+			}
+			if x.Fallbacks > 0 {
+				errs += fmt.Sprintf("; **%d fallback decisions**", x.Fallbacks)
+			}
+			fmt.Fprintf(w, "| %d | `%s` | %s | %s–%s | %s | %s | %.2f | %.0f + %.0f + %.0f = %.0f | %s |\n", c, row.p.Name, fmtInt(x.Rate),
+				fmtInt(x.RateMin), fmtInt(x.RateMax), fmtLat(x.P50), fmtLat(x.P99), x.RedisCalls,
+				x.ServerCPU, x.RedisCPU, x.ClientCPU, x.total(), errs)
+		}
+		if !aok || !ook {
+			continue
+		}
+		mark := func(aMin, aMax, bMin, bMax float64) string {
+			if ax.N > 1 && ox.N > 1 && apart(aMin, aMax, bMin, bMax) != 0 {
+				return " †"
+			}
+			return ""
+		}
+		fmt.Fprintf(w, "| %d | **allot envoy-ratelimit vs envoyproxy/ratelimit** | **%s**%s | | %s | %s%s | | server %s, server + Redis %s%s, total %s | |\n", c,
+			fmtRatio(ratio(ax.Rate, ox.Rate)), mark(ax.RateMin, ax.RateMax, ox.RateMin, ox.RateMax),
+			fmtRatio(ratio(float64(ax.P50), float64(ox.P50))),
+			fmtRatio(ratio(float64(ax.P99), float64(ox.P99))), mark(float64(ax.P99Min), float64(ax.P99Max), float64(ox.P99Min), float64(ox.P99Max)),
+			fmtRatio(ratio(ax.ServerCPU, ox.ServerCPU)),
+			fmtRatio(ratio(ax.Cost, ox.Cost)), mark(ax.CostMin, ax.CostMax, ox.CostMin, ox.CostMax),
+			fmtRatio(ratio(ax.total(), ox.total())))
+	}
+	fmt.Fprintln(w)
 }
 
 // machineLine is the machine in one line.
@@ -585,6 +655,17 @@ func (p peer) lat(d time.Duration) string {
 		return fmtLat(d) + " per batch"
 	}
 	return fmtLat(d)
+}
+
+// allotEnvoyMethod explains the allot envoy-ratelimit case in the method,
+// if it ran.
+func allotEnvoyMethod(peers []peer) string {
+	for _, p := range peers {
+		if p.Name == allotEnvoyPeer {
+			return fmt.Sprintf(" `%s` is the same binary run as `allot envoy-ratelimit`, standalone (no etcd, no coordinator), with envoyproxy/ratelimit's environment and configuration directory as the envoy case gets them, plus `ALLOT_STORE_TIMEOUT=%s` (allot's own variable, given to both; the original ignores it).", allotEnvoyPeer, envoyStoreTimeout)
+		}
+	}
+	return ""
 }
 
 // batchMethod explains the batched allot drivers in the method, if any ran.

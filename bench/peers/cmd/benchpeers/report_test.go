@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -173,6 +174,49 @@ func TestBatchedPeers(t *testing.T) {
 		if !strings.Contains(raw.String(), want) {
 			t.Errorf("raw.txt lacks %q; got:\n%s", want, raw.String())
 		}
+	}
+}
+
+// TestAllotEnvoyPair adds allot envoy-ratelimit to fixedRun: its rows sit
+// beside envoy-ratelimit's with a ratio line at each concurrency, it enters
+// allot ÷ peer and the physical-limit table as an allot case, and its
+// fallbacks are reported.
+func TestAllotEnvoyPair(t *testing.T) {
+	rep := fixedRun()
+	rep.Peers = append(rep.Peers, peer{Name: allotEnvoyPeer, Group: groupAllot, Transport: "rls", Mode: modeExact})
+	ms := time.Millisecond
+	for round, d := range []int64{18_000, 20_000, 22_000} { // median 20,000/s: 2× envoy's 10,000
+		rep.Results = append(rep.Results, result{Peer: allotEnvoyPeer, Conc: 16, Round: round + 1, Decisions: d, Elapsed: time.Second,
+			P50: ms, P99: 3 * ms, RedisCalls: 1, ServerCPU: 45, RedisCPU: 10, ClientCPU: 20, Fallbacks: 2})
+	}
+	var md bytes.Buffer
+	writeMarkdown(&md, rep)
+	got := md.String()
+	for _, want := range []string{
+		"## allot envoy-ratelimit against envoyproxy/ratelimit",
+		// envoy: median 10,000/s, p50 1.5 ms, p99 6 ms, server 100 µs + Redis 10 µs
+		"| 16 | `envoy-ratelimit` | 10,000 | 9,000–11,000 | 1.50 ms | 6.00 ms | 1.00 | 100 + 10 + 0 = 110 | 0 |\n" +
+			"| 16 | `allot-envoy-ratelimit` | 20,000 | 18,000–22,000 | 1.00 ms | 3.00 ms | 1.00 | 45 + 10 + 20 = 75 | 0; **6 fallback decisions** |\n" +
+			"| 16 | **allot envoy-ratelimit vs envoyproxy/ratelimit** | **2.00×** † | | 0.67× | 0.50× † | | server 0.45×, server + Redis 0.50× †, total 0.68× | |\n",
+		"| `allot-envoy-ratelimit` | 16 | 2.00× † / 0.50× † / 0.50× † |", // allot ÷ peer
+		"| `allot-envoy-ratelimit` | 16 | 20,000 | 33 % | 50 % | 33 % |", // ÷ 60,000, ÷ 40,000, ÷ 60,000
+		"6 in `allot-envoy-ratelimit` at concurrency 16",
+		"`allot-envoy-ratelimit` is the same binary run as `allot envoy-ratelimit`",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("report.md lacks %q; got:\n%s", want, got)
+		}
+	}
+	if i, j := strings.Index(got, "| `allot-envoy-ratelimit` | 16 | 20,000 | 18,000–22,000"), strings.Index(got, "| `envoy-ratelimit` | 16 | 10,000 | 9,000–11,000"); i < 0 || j < 0 {
+		t.Errorf("every-peer table lacks allot-envoy-ratelimit (%d) or envoy-ratelimit (%d)", i, j)
+	}
+
+	// Without the original, no pair section.
+	rep.Peers = slices.DeleteFunc(rep.Peers, func(p peer) bool { return p.Name == "envoy-ratelimit" })
+	md.Reset()
+	writeMarkdown(&md, rep)
+	if strings.Contains(md.String(), "## allot envoy-ratelimit against envoyproxy/ratelimit") {
+		t.Error("report.md has the pair section without envoy-ratelimit")
 	}
 }
 

@@ -120,7 +120,9 @@ func serveGRPC(ctx context.Context, listen string, register func(*grpc.Server)) 
 	select {
 	case <-ctx.Done():
 		g.GracefulStop()
-		<-done
+		if err := <-done; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return fmt.Errorf("serve: %w", err)
+		}
 		return nil
 	case err := <-done:
 		return fmt.Errorf("serve: %w", err)

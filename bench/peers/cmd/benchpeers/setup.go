@@ -73,11 +73,11 @@ var goRedisPool = 10 * runtime.GOMAXPROCS(0)
 // applies the policy and registers allot's peers: gRPC Decide, RLS and HTTP
 // on each limit, and the Go client and raw DecideBatch on the exact one.
 func (h *harness) setupAllot(ctx context.Context) error {
-	bin, version, err := h.buildAllot(ctx)
+	bin, err := h.allotBinary(ctx)
 	if err != nil {
 		return err
 	}
-	h.allotVersion = version
+	version := h.allotVersion
 	addrs, err := freeAddrs(6)
 	if err != nil {
 		return err
@@ -155,7 +155,8 @@ func (h *harness) setupAllot(ctx context.Context) error {
 			} else {
 				what += fmt.Sprintf("; lease: %d, one Redis call per %d units, the rest from the pod's memory", allotLease, allotLease)
 			}
-			p := peer{Name: "allot-" + tr + "-" + mode, Group: groupAllot, What: what, Transport: tr, Mode: mode, pid: regional.cmd.Process.Pid}
+			p := peer{Name: "allot-" + tr + "-" + mode, Group: groupAllot, What: what, Transport: tr, Mode: mode,
+				pid: regional.cmd.Process.Pid, metrics: h.allotHTTP + "/metrics"}
 			if err := h.addAllot(ctx, p, single(call)); err != nil {
 				return err
 			}
@@ -195,14 +196,14 @@ func (h *harness) addAllotBatched(ctx context.Context, grpcAddr string, pool grp
 	if cc.Coalesce {
 		coalesce = fmt.Sprintf("coalescing on: concurrent calls merged into independent DecideBatch RPCs of up to %d decisions, at most 4 in flight; a call that finds an RPC slot free goes at once, alone, as a unary Decide", cc.MaxBatch)
 	}
-	cp := peer{Name: "allot-client-exact", Group: groupAllot, Transport: "client", Mode: modeExact, pid: pid,
+	cp := peer{Name: "allot-client-exact", Group: groupAllot, Transport: "client", Mode: modeExact, pid: pid, metrics: h.allotHTTP + "/metrics",
 		What: fmt.Sprintf("allot regional, Decide through allot's Go client (package client, compiled into the harness: revision below) with client.DefaultConfig() (%s), except Timeout %v instead of %v; one Client, one gRPC connection, shared by the case's goroutines; %s",
 			coalesce, clientTimeout, client.DefaultTimeout, exactWhat)}
 	if err := h.addAllot(ctx, cp, single(allotClientCall(c, h.cfg.tenants, modeExact))); err != nil {
 		return err
 	}
 	n := h.cfg.batch
-	bp := peer{Name: "allot-batch-exact", Group: groupAllot, Transport: "batch", Mode: modeExact, Batch: n, pid: pid,
+	bp := peer{Name: "allot-batch-exact", Group: groupAllot, Transport: "batch", Mode: modeExact, Batch: n, pid: pid, metrics: h.allotHTTP + "/metrics",
 		What: fmt.Sprintf("allot regional, raw gRPC allot.v1.Limiter/DecideBatch of %d decisions (independent: true; %d consecutive tenants); concurrency = goroutines each with one batch in flight (%d decisions at concurrency 1); decisions counted one by one, **p50 and p99 per batch of %d**; GCRA in Redis Lua, one script call per decision",
 			n, n, n, n)}
 	return h.addAllot(ctx, bp, driver{per: n, call: allotBatchCall(pool, h.cfg.tenants, n, modeExact)})
@@ -249,6 +250,14 @@ func (h *harness) httpOK(url string) func(context.Context) error {
 		}
 		return nil
 	}
+}
+
+// allotBinary builds allot once (buildAllot) for every allot case.
+func (h *harness) allotBinary(ctx context.Context) (string, error) {
+	if h.allotBin == "" && h.allotBuildErr == nil {
+		h.allotBin, h.allotVersion, h.allotBuildErr = h.buildAllot(ctx)
+	}
+	return h.allotBin, h.allotBuildErr
 }
 
 // buildAllot builds cmd/allot from the work tree (or --allot-rev) with the
@@ -315,13 +324,14 @@ func withoutGOFLAGS() []string {
 	return env
 }
 
-// allotFallbacks sums allot_fallback_decisions_total from allot regional's
-// metrics (0 for other peers or when unreadable).
+// allotFallbacks sums allot_fallback_decisions_total from the metrics of
+// the allot process behind p (allot regional or allot envoy-ratelimit; 0
+// for other peers or when unreadable).
 func (h *harness) allotFallbacks(ctx context.Context, p peer) int64 {
-	if p.Group != groupAllot || h.allotHTTP == "" {
+	if p.Group != groupAllot || p.metrics == "" {
 		return 0
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.allotHTTP+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.metrics, nil)
 	if err != nil {
 		return 0
 	}
@@ -348,6 +358,83 @@ func (h *harness) allotFallbacks(ctx context.Context, p peer) int64 {
 	return int64(sum)
 }
 
+// envoyRuntime writes the runtime directory that envoyproxy/ratelimit and
+// allot envoy-ratelimit both read (RUNTIME_ROOT/ratelimit/config/bench.yaml,
+// envoyConfig), once, and returns RUNTIME_ROOT.
+func (h *harness) envoyRuntime() (string, error) {
+	if h.envoyRoot != "" {
+		return h.envoyRoot, nil
+	}
+	root := filepath.Join(h.work, "envoy-runtime")
+	cfgDir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(cfgDir, "bench.yaml"), []byte(envoyConfig), 0o644); err != nil {
+		return "", err
+	}
+	h.envoyRoot = root
+	return root, nil
+}
+
+// envoyStoreTimeout is ALLOT_STORE_TIMEOUT in envoyEnv: like allot
+// regional's --store-timeout 1s here, allot envoy-ratelimit's decisions wait
+// for Redis on the shared CPUs instead of falling back after its default
+// 5ms, as envoyproxy/ratelimit's do (REDIS_TIMEOUT, 10s by default).
+const envoyStoreTimeout = "1s"
+
+// envoyEnv is the environment of envoyproxy/ratelimit and of allot
+// envoy-ratelimit: the same for both but for the three listening ports.
+// ALLOT_STORE_TIMEOUT is allot's own; the original does not read it.
+func (h *harness) envoyEnv(root, httpAddr, grpcAddr, debugAddr string) []string {
+	return []string{
+		"USE_STATSD=false", "LOG_LEVEL=warn",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + h.redisAddr, "REDIS_POOL_SIZE=" + strconv.Itoa(goRedisPool),
+		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config", "RUNTIME_WATCH_ROOT=false",
+		"HOST=127.0.0.1", "PORT=" + portOf(httpAddr),
+		"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + portOf(grpcAddr),
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + portOf(debugAddr),
+		"ALLOT_STORE_TIMEOUT=" + envoyStoreTimeout,
+	}
+}
+
+// startEnvoyLike starts bin with args as an envoyproxy/ratelimit service
+// (envoyEnv, the shared runtime directory), waits for its /healthcheck and
+// for a ShouldRateLimit that answers the configured limit, and returns the
+// process, a connection pool and its HTTP address.
+func (h *harness) startEnvoyLike(ctx context.Context, name, bin string, args ...string) (*proc, grpcPool, string, error) {
+	root, err := h.envoyRuntime()
+	if err != nil {
+		return nil, nil, "", err
+	}
+	addrs, err := freeAddrs(3)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	httpAddr, grpcAddr, debugAddr := addrs[0], addrs[1], addrs[2]
+	p, err := startProc(name, h.logs, h.envoyEnv(root, httpAddr, grpcAddr, debugAddr), bin, args...)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	h.addProc(p)
+	if err := waitReady(ctx, p, 60*time.Second, h.httpOK("http://"+httpAddr+"/healthcheck")); err != nil {
+		return nil, nil, "", err
+	}
+	pool, err := dialPool(grpcAddr, h.cfg.conns)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	h.pools = append(h.pools, pool)
+	if err := h.checkRLSLimit(ctx, name, pool); err != nil {
+		if p.exited() {
+			return nil, nil, "", fmt.Errorf("%w\n%s", err, p.tail(20))
+		}
+		return nil, nil, "", err
+	}
+	h.progress("%s on gRPC %s, HTTP %s", name, grpcAddr, httpAddr)
+	return p, pool, httpAddr, nil
+}
+
 // setupEnvoy starts Envoy's reference ratelimit service on the shared Redis.
 func (h *harness) setupEnvoy(ctx context.Context) error {
 	bin, version, err := h.envoyBinary(ctx)
@@ -355,50 +442,40 @@ func (h *harness) setupEnvoy(ctx context.Context) error {
 		return err
 	}
 	h.envoyBin = bin
-	root := filepath.Join(h.work, "envoy-runtime")
-	cfgDir := filepath.Join(root, "ratelimit", "config")
-	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(cfgDir, "bench.yaml"), []byte(envoyConfig), 0o644); err != nil {
-		return err
-	}
-	addrs, err := freeAddrs(3)
+	p, pool, _, err := h.startEnvoyLike(ctx, "envoy-ratelimit", bin)
 	if err != nil {
 		return err
 	}
-	httpAddr, grpcAddr, debugAddr := addrs[0], addrs[1], addrs[2]
-	env := []string{
-		"USE_STATSD=false", "LOG_LEVEL=warn",
-		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + h.redisAddr, "REDIS_POOL_SIZE=" + strconv.Itoa(goRedisPool),
-		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config", "RUNTIME_WATCH_ROOT=false",
-		"HOST=127.0.0.1", "PORT=" + portOf(httpAddr),
-		"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + portOf(grpcAddr),
-		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + portOf(debugAddr),
-	}
-	p, err := startProc("envoy-ratelimit", h.logs, env, bin)
-	if err != nil {
-		return err
-	}
-	h.addProc(p)
-	if err := waitReady(ctx, p, 60*time.Second, h.httpOK("http://"+httpAddr+"/healthcheck")); err != nil {
-		return err
-	}
-	pool, err := dialPool(grpcAddr, h.cfg.conns)
-	if err != nil {
-		return err
-	}
-	h.pools = append(h.pools, pool)
-	call := rlsCall(pool, h.cfg.tenants, modeExact)
-	if err := h.checkRLSLimit(ctx, "envoy-ratelimit", pool); err != nil {
-		return err
-	}
-	h.calls["envoy-ratelimit"] = single(call)
+	h.calls["envoy-ratelimit"] = single(rlsCall(pool, h.cfg.tenants, modeExact))
 	h.peers = append(h.peers, peer{Name: "envoy-ratelimit", Group: groupEnvoy, Transport: "rls", pid: p.cmd.Process.Pid,
 		What: fmt.Sprintf("envoyproxy/ratelimit %s, Envoy RLS ShouldRateLimit; fixed-window counter in Redis (INCRBY + EXPIRE, pipelined per request); REDIS_POOL_SIZE=%d, other settings default", version, goRedisPool)})
-	h.progress("envoy ratelimit on gRPC %s (%s)", grpcAddr, version)
+	h.progress("envoy ratelimit: %s", version)
 	return nil
 }
+
+// setupAllotEnvoy starts allot envoy-ratelimit (the binary allot's other
+// cases run) as a drop-in for envoyproxy/ratelimit: the environment and the
+// configuration directory the envoy case gets (envoyEnv, envoyRuntime), no
+// etcd, no coordinator; driven by the envoy case's RLS call.
+func (h *harness) setupAllotEnvoy(ctx context.Context) error {
+	bin, err := h.allotBinary(ctx)
+	if err != nil {
+		return err
+	}
+	p, pool, httpAddr, err := h.startEnvoyLike(ctx, allotEnvoyPeer, bin, "envoy-ratelimit")
+	if err != nil {
+		return err
+	}
+	h.calls[allotEnvoyPeer] = single(rlsCall(pool, h.cfg.tenants, modeExact))
+	h.peers = append(h.peers, peer{Name: allotEnvoyPeer, Group: groupAllot, Transport: "rls", Mode: modeExact,
+		pid: p.cmd.Process.Pid, metrics: "http://" + httpAddr + "/metrics",
+		What: fmt.Sprintf("`allot envoy-ratelimit` (%s), standalone (no etcd, no coordinator), with envoyproxy/ratelimit's environment and configuration directory as the envoy case gets them (REDIS_POOL_SIZE=%d, LOG_LEVEL=warn, USE_STATSD=false; plus ALLOT_STORE_TIMEOUT=%s, which the original ignores), Envoy RLS ShouldRateLimit; GCRA in Redis Lua, one script call per descriptor (concurrent calls share pipelines)",
+			h.allotVersion, goRedisPool, envoyStoreTimeout)})
+	return nil
+}
+
+// allotEnvoyPeer is the name of allot envoy-ratelimit's case.
+const allotEnvoyPeer = "allot-envoy-ratelimit"
 
 // checkRLSLimit makes one RLS call and wants it allowed under the
 // configured limit: a server whose configuration matched nothing would
