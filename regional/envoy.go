@@ -66,6 +66,9 @@ type EnvoyOptions struct {
 const (
 	maxEnvoyEntries = 64
 	maxEnvoyValue   = 4096
+	// maxEnvoyCost caps a descriptor's hits_addend: above every burst
+	// (requests_per_unit is a uint32), so over every limit.
+	maxEnvoyCost = 1 << 40
 )
 
 // envoyTable is a loaded configuration, compiled for the decide path.
@@ -238,7 +241,8 @@ func (s *Service) envoyRateLimit(ctx context.Context, t *envoyTable, r *rlsv3.Ra
 		d := &ds[i]
 		d.cost = reqCost
 		if h := desc.GetHitsAddend(); h != nil {
-			d.cost = int64(h.GetValue())
+			// A uint64: beyond any burst long before it would overflow.
+			d.cost = int64(min(h.GetValue(), maxEnvoyCost))
 		}
 		if !known {
 			continue
@@ -249,7 +253,10 @@ func (s *Service) envoyRateLimit(ctx context.Context, t *envoyTable, r *rlsv3.Ra
 			if err != nil {
 				return nil, s.envoyError(codes.InvalidArgument, "descriptors[%d].limit: %v", i, err)
 			}
-			d.lim, d.key = el, envoyKey(t.opts.KeyPrefix, domain, entries)
+			// Its own counter, apart from the configured limit's on the
+			// same entries (and from other overrides'): a rate written
+			// under one limit must never be read under another.
+			d.lim, d.key = el, envoyKey(t.opts.KeyPrefix, domain, entries, "envoy-"+strconv.FormatUint(uint64(ov.GetRequestsPerUnit()), 10)+"-"+unit)
 			continue
 		}
 		m, ok := t.cfg.Match(domain, entries)
@@ -267,7 +274,7 @@ func (s *Service) envoyRateLimit(ctx context.Context, t *envoyTable, r *rlsv3.Ra
 			d.unlimited = true
 			continue
 		}
-		d.lim, d.key = t.limits[m.Limit], envoyKey(t.opts.KeyPrefix, domain, m.Entries)
+		d.lim, d.key = t.limits[m.Limit], envoyKey(t.opts.KeyPrefix, domain, m.Entries, "envoy")
 	}
 	for i, gone := range envoyconf.Replaced(srcs) {
 		if gone {
@@ -317,6 +324,10 @@ func (s *Service) envoyDecide(ctx context.Context, ds []envoyDescriptor) error {
 			// is ever beyond its limit: a check is always within it. Its
 			// remaining is not known (the store is not asked).
 			d.dec, d.decided = Decision{Allowed: true, Limit: el.rl.Name, Remaining: -1}, true
+			if s.envoyCheckWarned.CompareAndSwap(false, true) {
+				s.log.Warn("an RLS descriptor with hits_addend 0 (check only) is always OK here, and a later charge that does not fit is not counted: "+
+					"check-then-charge usage limits are not enforced by envoy-ratelimit; use allot's policy with charges: for them", "limit", el.rl.Name)
+			}
 		default:
 			if reqs == nil {
 				reqs = make([]gcra.Request, 0, len(ds)-i)
@@ -455,13 +466,13 @@ func (t *envoyTable) answer(ds []envoyDescriptor) *rlsv3.RateLimitResponse {
 }
 
 // envoyKey is the store key of a descriptor's counter in domain:
-// keys.Key(T, "envoy") for the tenant part T = escape(prefix) ":"
+// keys.Key(T, limit) (limit "envoy" for the configuration's limits) for the tenant part T = escape(prefix) ":"
 // escape(domain) then ":" escape(key) "=" escape(value) per entry (keys
 // .Escape never writes ':' or '='), so distinct descriptors never share a
 // key; the whole descriptor is the hash tag, so that a Redis Cluster spreads
 // one domain's counters over its slots. It is written in one pass (T
 // escaped twice, as keys.Key escapes T), with one allocation.
-func envoyKey(prefix, domain string, es []envoyconf.Entry) string {
+func envoyKey(prefix, domain string, es []envoyconf.Entry, limit string) string {
 	var buf [256]byte
 	b := append(buf[:0], keys.Prefix+":"+keys.Version+":{"...)
 	if prefix != "" {
@@ -475,7 +486,8 @@ func envoyKey(prefix, domain string, es []envoyconf.Entry) string {
 		b = append(b, "%3D"...)
 		b = appendEscapedTwice(b, e.Value)
 	}
-	b = append(b, "}:envoy"...)
+	b = append(b, "}:"...)
+	b = append(b, limit...) // letters, digits and '-': keys.Key leaves them as they are
 	return string(b)
 }
 

@@ -391,7 +391,11 @@ func TestEnvoyReloadKeepsCounters(t *testing.T) {
 // GCRA never admits more than the burst plus the rate for the time
 // elapsed, and admits about that much (no fixed window doubles it).
 func TestEnvoyBound(t *testing.T) {
-	p := startEnvoyPod(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 20}\n", EnvoyOptions{}, nil)
+	// A generous store timeout: a fallback decision (its own local bucket)
+	// is not what this test bounds.
+	p := startEnvoyPod(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 20}\n", EnvoyOptions{}, func(c *Config) {
+		c.StoreTimeout = 2 * time.Second
+	})
 	var mu sync.Mutex
 	admitted := 0
 	start := time.Now()
@@ -414,6 +418,13 @@ func TestEnvoyBound(t *testing.T) {
 	}
 	wg.Wait()
 	el := time.Since(start).Seconds()
+	var fb float64
+	for _, reason := range []string{"timeout", "breaker_open", "unavailable", "error"} {
+		fb += testutil.ToFloat64(p.s.m.fallback.WithLabelValues("d.k", "us-east", reason))
+	}
+	if fb > 0 {
+		t.Fatalf("%v fallback decisions: the store timed out, the bound below is not the store's", fb)
+	}
 	bound := 20 + 20*el
 	if float64(admitted) > bound+1 {
 		t.Errorf("admitted %d in %.2fs, above burst + rate·t = %.1f", admitted, el, bound)
@@ -468,7 +479,7 @@ func TestEnvoyStoreFailure(t *testing.T) {
 
 // envoyKeyReference is envoyKey as keys.Key builds it: the reference the
 // one-pass envoyKey must equal.
-func envoyKeyReference(prefix, domain string, es []envoyconf.Entry) string {
+func envoyKeyReference(prefix, domain string, es []envoyconf.Entry, limit string) string {
 	var b strings.Builder
 	if prefix != "" {
 		b.WriteString(keys.Escape(prefix) + ":")
@@ -477,7 +488,7 @@ func envoyKeyReference(prefix, domain string, es []envoyconf.Entry) string {
 	for _, e := range es {
 		b.WriteString(":" + keys.Escape(e.Key) + "=" + keys.Escape(e.Value))
 	}
-	k, _ := keys.Key(b.String(), "envoy")
+	k, _ := keys.Key(b.String(), limit)
 	return k
 }
 
@@ -486,7 +497,10 @@ func FuzzEnvoyKey(f *testing.F) {
 	f.Add("p:x", "dom ain", "k", "", "ключ", "\x00\xff")
 	f.Fuzz(func(t *testing.T, prefix, domain, k1, v1, k2, v2 string) {
 		es := []envoyconf.Entry{{Key: k1, Value: v1}, {Key: k2, Value: v2}}
-		got, want := envoyKey(prefix, domain, es), envoyKeyReference(prefix, domain, es)
+		got, want := envoyKey(prefix, domain, es, "envoy"), envoyKeyReference(prefix, domain, es, "envoy")
+		if o, w := envoyKey(prefix, domain, es, "envoy-5-MINUTE"), envoyKeyReference(prefix, domain, es, "envoy-5-MINUTE"); o != w || o == got {
+			t.Fatalf("override key %q, want %q, distinct from %q", o, w, got)
+		}
 		if got != want {
 			t.Fatalf("envoyKey = %q, want %q", got, want)
 		}
@@ -495,7 +509,7 @@ func FuzzEnvoyKey(f *testing.F) {
 			t.Fatalf("Parse(%q) = %+v, %v", got, parts, err)
 		}
 		// Distinct descriptors never share a key.
-		if other := envoyKey(prefix, domain, []envoyconf.Entry{{Key: k1, Value: v1 + k2}, {Key: "", Value: v2}}); other == got && k2 != "" {
+		if other := envoyKey(prefix, domain, []envoyconf.Entry{{Key: k1, Value: v1 + k2}, {Key: "", Value: v2}}, "envoy"); other == got && k2 != "" {
 			t.Fatalf("%v and a different descriptor share key %q", es, got)
 		}
 	})
@@ -591,4 +605,33 @@ descriptors:
 		t.Errorf("the regional per-user limit admitted %d, want far more than the global one's %v", u, got)
 	}
 	t.Logf("global limit: %v admitted in %.2f s (R·t + B = %.1f); regional per-user limit: %d", got, el, R*el+B, users.Load())
+}
+
+// TestEnvoyLyingCallers: a hits_addend beyond any int64 is over the limit
+// (not a negative cost, not a crash), and a descriptor's own limit never
+// resets the configured limit on the same entries.
+func TestEnvoyLyingCallers(t *testing.T) {
+	p := startEnvoyPod(t, envoyTestConfig, EnvoyOptions{}, nil)
+	d := desc("remote_address=liar")
+	d.HitsAddend = wrapperspb.UInt64(1 << 63)
+	if got := p.ask(t, "edge", 0, d); got != "OVER_LIMIT: OVER_LIMIT/0" {
+		t.Errorf("hits_addend 2^63 = %q, want over the limit", got)
+	}
+	d.HitsAddend = wrapperspb.UInt64(math.MaxUint64)
+	if got := p.ask(t, "edge", 0, d); got != "OVER_LIMIT: OVER_LIMIT/0" {
+		t.Errorf("hits_addend 2^64-1 = %q, want over the limit", got)
+	}
+	// 3 a minute configured; between its requests, the same entries with
+	// a limit of their own (1 a second), which must not restate the
+	// configured counter.
+	own := desc("remote_address=shared")
+	own.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_SECOND}
+	var got []string
+	for range 5 {
+		got = append(got, p.ask(t, "edge", 0, desc("remote_address=shared")))
+		p.ask(t, "edge", 0, own)
+	}
+	if want := "OK: OK/2,OK: OK/1,OK: OK/0,OVER_LIMIT: OVER_LIMIT/0,OVER_LIMIT: OVER_LIMIT/0"; strings.Join(got, ",") != want {
+		t.Errorf("configured limit between overrides = %v, want %s", got, want)
+	}
 }

@@ -56,6 +56,8 @@ type Service struct {
 	// envoy answers RLS requests from envoyproxy/ratelimit's configuration
 	// (SetEnvoyConfig); nil: none.
 	envoy atomic.Pointer[envoyTable]
+	// envoyCheckWarned: the check-only warning was logged.
+	envoyCheckWarned atomic.Bool
 }
 
 // New validates cfg and builds a Service. Run starts it.

@@ -26,11 +26,13 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
@@ -135,6 +137,8 @@ func runEnvoy(ctx context.Context, s *streams, env func(string) (string, bool), 
 
 	cfg := regional.DefaultConfig()
 	cfg.Region, cfg.Pod, cfg.Store, cfg.StoreTimeout = st.Region, hostname(), store, st.StoreTimeout
+	replicas := st.Replicas
+	cfg.LivePods = func() int { return replicas } // the fail-open share
 	cfg.Logger, cfg.Registerer = log, reg
 	opts := regional.EnvoyOptions{
 		ShadowMode: st.ShadowMode, QuotaMode: st.QuotaMode, FailClosed: st.FailClosed, KeyPrefix: st.CacheKeyPrefix,
@@ -178,7 +182,8 @@ func runEnvoy(ctx context.Context, s *streams, env func(string) (string, bool), 
 		if err := svc.SetEnvoyConfig(c, opts); err != nil {
 			return err
 		}
-		loaded.Store(true)
+		// As the original: healthy with at least one domain.
+		loaded.Store(len(c.Domains()) > 0)
 		return nil
 	}
 	onLoad := func(ok bool) {
@@ -202,6 +207,7 @@ func runEnvoy(ctx context.Context, s *streams, env func(string) (string, bool), 
 		ls.close()
 		return err
 	}
+	gopts = append(gopts, grpc.ChainUnaryInterceptor(recoverUnary(log)))
 	gs := grpc.NewServer(gopts...)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
@@ -284,6 +290,7 @@ func runEnvoy(ctx context.Context, s *streams, env func(string) (string, bool), 
 				state = healthpb.HealthCheckResponse_NOT_SERVING
 			}
 			hs.SetServingStatus("", state)
+			hs.SetServingStatus("ratelimit", state) // the original's service name
 			select {
 			case <-gctx.Done():
 				return nil
@@ -350,7 +357,10 @@ func envoyCheck(s *streams, st envoycompat.Settings, rt envoycompat.Runtime) err
 		fmt.Fprintf(s.out, "settings ok; the configuration comes from the xDS server %s (node %s)\n", st.XDS.ServerURL, st.XDS.NodeID)
 		return nil
 	}
-	cfg, err := rt.Load()
+	cfg, skipped, err := rt.Load()
+	for _, sk := range skipped {
+		fmt.Fprintf(s.out, "left out (unreadable): %s\n", sk)
+	}
 	if err != nil {
 		return fmt.Errorf("configuration in %s: %w", rt.Dir(), err)
 	}
@@ -510,6 +520,20 @@ func envoyGRPCOptions(st envoycompat.Settings) ([]grpc.ServerOption, error) {
 		}
 	}
 	return append(opts, grpc.Creds(credentials.NewTLS(tc))), nil
+}
+
+// recoverUnary answers a call whose handler panics with Internal, logged
+// with the panic, instead of letting one request end the process.
+func recoverUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error("panic answering a call", "method", info.FullMethod, "panic", fmt.Sprint(p))
+				resp, err = nil, status.Error(codes.Internal, "internal error")
+			}
+		}()
+		return h(ctx, req)
+	}
 }
 
 func hasSAN(c *x509.Certificate, san string) bool {

@@ -184,6 +184,15 @@ func TestEnvoyRatelimitCommand(t *testing.T) {
 		}
 		return strings.Join(out, " ")
 	}
+	// gRPC health answers for "" and for the original's service name.
+	hc, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close()
+	if r, err := healthpb.NewHealthClient(hc).Check(ctx, &healthpb.HealthCheckRequest{Service: "ratelimit"}); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("health of service ratelimit = %v, %v", r, err)
+	}
 	if got := codes("edge", 3, "remote_address", "1.2.3.4"); got != "OK OK OVER_LIMIT" {
 		t.Errorf("2 a minute: %s", got)
 	}

@@ -57,19 +57,30 @@ type file struct {
 	data []byte
 }
 
-// read returns the configuration files, sorted by key.
-func (r Runtime) read() ([]file, error) {
+// read returns the configuration files, sorted by key, and what it
+// skipped: a file or directory it may not read is left out with a
+// warning, as the original leaves it out (a volume's lost+found, a file
+// another user owns), rather than failing the whole configuration.
+func (r Runtime) read() ([]file, []string, error) {
 	dir := r.Dir()
 	// The root is commonly a symbolic link (…/current → a version): walk
 	// what it points to.
 	real, err := filepath.EvalSymlinks(dir)
 	if err != nil {
-		return nil, fmt.Errorf("runtime directory %s (RUNTIME_ROOT, RUNTIME_SUBDIRECTORY): %w", dir, err)
+		return nil, nil, fmt.Errorf("runtime directory %s (RUNTIME_ROOT, RUNTIME_SUBDIRECTORY): %w", dir, err)
 	}
 	var out []file
+	var skipped []string
 	err = filepath.WalkDir(real, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
-			return err
+			if path == real {
+				return err
+			}
+			skipped = append(skipped, fmt.Sprintf("%s: %v", path, err))
+			if d != nil && d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
 		}
 		dot := strings.HasPrefix(d.Name(), ".") && path != real
 		if d.IsDir() {
@@ -99,16 +110,17 @@ func (r Runtime) read() ([]file, error) {
 		}
 		data, err := os.ReadFile(path)
 		if err != nil {
-			return fmt.Errorf("reading %s: %w", path, err)
+			skipped = append(skipped, fmt.Sprintf("%s: %v", path, err))
+			return nil
 		}
 		out = append(out, file{key: key, data: data})
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, fmt.Errorf("runtime directory %s: %w", dir, err)
 	}
 	slices.SortFunc(out, func(a, b file) int { return strings.Compare(a.key, b.key) })
-	return out, nil
+	return out, skipped, nil
 }
 
 // build parses and joins files. Each file is named by its key in errors, as
@@ -125,13 +137,15 @@ func (r Runtime) build(files []file) (*envoyconf.Config, error) {
 	return envoyconf.Build(parsed, r.Merge)
 }
 
-// Load reads and checks every configuration file once.
-func (r Runtime) Load() (*envoyconf.Config, error) {
-	files, err := r.read()
+// Load reads and checks every configuration file once. skipped lists the
+// files and directories left out because they could not be read.
+func (r Runtime) Load() (cfg *envoyconf.Config, skipped []string, err error) {
+	files, skipped, err := r.read()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return r.build(files)
+	cfg, err = r.build(files)
+	return cfg, skipped, err
 }
 
 func fingerprint(files []file) [sha256.Size]byte {
@@ -166,11 +180,14 @@ func (r Runtime) Watch(ctx context.Context, poll time.Duration, log *slog.Logger
 	t := time.NewTicker(poll)
 	defer t.Stop()
 	for {
-		files, err := r.read()
+		files, skipped, err := r.read()
 		if err == nil {
 			fp := fingerprint(files)
 			if !loaded || fp != last {
 				last, loaded = fp, true
+				for _, sk := range skipped {
+					log.Warn("runtime directory: left out, unreadable", "entry", sk)
+				}
 				var cfg *envoyconf.Config
 				if cfg, err = r.build(files); err == nil {
 					err = apply(cfg)

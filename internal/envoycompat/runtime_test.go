@@ -50,7 +50,7 @@ func TestRuntimeLayouts(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := Runtime{Root: current, Subdirectory: "rl", AppDirectory: "config", WatchRoot: true}
-	files, err := r.read()
+	files, _, err := r.read()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestRuntimeLayouts(t *testing.T) {
 		t.Errorf("watch root keys = %s", got)
 	}
 	r.IgnoreDotFiles = true
-	cfg, err := r.Load()
+	cfg, _, err := r.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestRuntimeLayouts(t *testing.T) {
 	}
 	// Without WatchRoot: everything under <root>/<sub>/<app>.
 	r = Runtime{Root: current, Subdirectory: "rl", AppDirectory: "other", WatchRoot: false}
-	if cfg, err = r.Load(); err != nil || strings.Join(cfg.Domains(), ",") != "c" {
+	if cfg, _, err = r.Load(); err != nil || strings.Join(cfg.Domains(), ",") != "c" {
 		t.Errorf("no watch root: %v, %v", cfg, err)
 	}
 }
@@ -92,7 +92,7 @@ func TestRuntimeConfigMap(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := Runtime{Root: data, Subdirectory: "ratelimit", AppDirectory: "config", IgnoreDotFiles: true}
-	cfg, err := r.Load()
+	cfg, _, err := r.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,20 +100,20 @@ func TestRuntimeConfigMap(t *testing.T) {
 		t.Errorf("files = %s, want config.yaml once", got)
 	}
 	r.IgnoreDotFiles = false
-	if _, err := r.Load(); !errors.Is(err, envoyconf.ErrConfig) || !strings.Contains(err.Error(), "duplicate domain") {
+	if _, _, err := r.Load(); !errors.Is(err, envoyconf.ErrConfig) || !strings.Contains(err.Error(), "duplicate domain") {
 		t.Errorf("without ignoring dot files: %v, want the duplicate domain the original reports too", err)
 	}
 }
 
 func TestRuntimeErrors(t *testing.T) {
 	r := Runtime{Root: filepath.Join(t.TempDir(), "missing"), AppDirectory: "config", WatchRoot: true}
-	if _, err := r.Load(); err == nil || !strings.Contains(err.Error(), "RUNTIME_ROOT") {
+	if _, _, err := r.Load(); err == nil || !strings.Contains(err.Error(), "RUNTIME_ROOT") {
 		t.Errorf("missing root: %v, want an error naming RUNTIME_ROOT", err)
 	}
 	root := t.TempDir()
 	write(t, filepath.Join(root, "config", "bad.yaml"), "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
 	r = Runtime{Root: root, AppDirectory: "config", WatchRoot: true}
-	_, err := r.Load()
+	_, _, err := r.Load()
 	var fe *envoyconf.FieldError
 	if !errors.As(err, &fe) || fe.File != "config.bad.yaml" || !strings.Contains(fe.Field, "unit") {
 		t.Errorf("bad unit: %v, want a field error naming config.bad.yaml and the unit", err)
@@ -209,13 +209,43 @@ func TestRuntimeWatch(t *testing.T) {
 		return nil
 	})
 	// A file outside config/ changes nothing that is loaded.
-	files, err := r.read()
+	files, _, err := r.read()
 	if err != nil {
 		t.Fatal(err)
 	}
 	write(t, filepath.Join(root, "unrelated.yaml"), domainFile("other", 1))
-	again, err := r.read()
+	again, _, err := r.read()
 	if err != nil || fingerprint(files) != fingerprint(again) {
 		t.Errorf("a file outside config/ changed the fingerprint (%v)", err)
+	}
+}
+
+// TestRuntimeUnreadable leaves out what it may not read (a volume's
+// lost+found, another user's file), as the original does, instead of
+// refusing the whole configuration. (As root every file is readable: the
+// test makes entries unreadable by being dangling or special instead.)
+func TestRuntimeUnreadable(t *testing.T) {
+	root := t.TempDir()
+	write(t, filepath.Join(root, "config", "good.yaml"), domainFile("good", 1))
+	lost := filepath.Join(root, "config", "lost+found")
+	if err := os.MkdirAll(lost, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(lost, "x.yaml"), domainFile("lost", 1))
+	if err := os.Chmod(lost, 0o000); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Chmod(lost, 0o755) })
+	r := Runtime{Root: root, AppDirectory: "config", WatchRoot: true}
+	cfg, skipped, err := r.Load()
+	if os.Geteuid() == 0 {
+		// root reads a mode-000 directory: nothing is left out.
+		if err != nil || len(cfg.Domains()) != 2 {
+			t.Fatalf("as root: %v, %v", cfg, err)
+		}
+		return
+	}
+	if err != nil || strings.Join(cfg.Domains(), ",") != "good" || len(skipped) != 1 || !strings.Contains(skipped[0], "lost+found") {
+		t.Errorf("Load = %v, skipped %v, %v; want good loaded and lost+found left out", cfg, skipped, err)
 	}
 }

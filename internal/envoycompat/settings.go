@@ -93,6 +93,11 @@ type Settings struct {
 	// ALLOT_RUNTIME_POLL (1s): how often the runtime directory is checked
 	// for changes.
 	RuntimePoll time.Duration
+	// ALLOT_REPLICAS (1): how many replicas serve the same Redis. While
+	// Redis is unavailable and ALLOT_ON_FAILURE=open, each replica admits
+	// a limit's rate divided by it, so that together they admit the
+	// limit's rate.
+	Replicas int
 	// ALLOT_ETCD: etcd endpoints (comma separated) of an allot cluster to
 	// join, for global limits: the pod then reports to the coordinator and
 	// decides them with its region's grants.
@@ -379,6 +384,7 @@ func FromEnv(env func(string) (string, bool)) (Settings, []Ignored, error) {
 		StoreTimeout: r.duration("ALLOT_STORE_TIMEOUT", 5*time.Millisecond),
 		FailClosed:   r.choice("ALLOT_ON_FAILURE", "open", "open", "closed") == "closed",
 		RuntimePoll:  r.duration("ALLOT_RUNTIME_POLL", time.Second),
+		Replicas:     r.integer("ALLOT_REPLICAS", 1, 1),
 
 		Etcd:            r.str("ALLOT_ETCD", ""),
 		Region:          r.str("ALLOT_REGION", "local"),
