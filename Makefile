@@ -31,6 +31,11 @@ test: ## run every test against real redis-server (needs redis-server on PATH)
 	@# its load generator, so that the other packages' tests do not starve it.
 	$(GO) test -count=1 -timeout 10m ./e2e
 	$(GO) test -count=1 -timeout 5m ./shares/protocheck -run TestProtocol -seeds 2000 -v
+	$(MAKE) --no-print-directory test-envoy-compat
+
+.PHONY: test-envoy-compat
+test-envoy-compat: ## allot envoy-ratelimit vs envoyproxy/ratelimit (pinned), request by request, real processes on redis-server (first run installs the original, ~1 min)
+	cd bench/peers && GOFLAGS=-mod=mod $(GO) test -count=1 -timeout 15m ./envoydiff
 
 SEEDS ?= 100000
 .PHONY: check-protocol

@@ -1,0 +1,8 @@
+//go:build !linux
+
+package envoydiff
+
+import "syscall"
+
+// childAttr puts a child in its own process group.
+func childAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
