@@ -315,10 +315,6 @@ func (s *Service) envoyDecide(ctx context.Context, ds []envoyDescriptor) error {
 				return fmt.Errorf("global limit %s (tenant %s): %w", el.rl.Name, el.tenant, err)
 			}
 			d.dec, d.decided, d.global = dec, true, true
-		case !el.admits || d.cost > el.rl.Burst:
-			// Over the limit whatever the store holds: a limit of 0, or a
-			// cost above the burst (the original counts it over, too).
-			d.dec, d.decided = Decision{Limit: el.rl.Name, RetryAfter: el.rl.Rate.Period}, true
 		case d.cost == 0:
 			// Check only. A denied request costs nothing here, so no key
 			// is ever beyond its limit: a check is always within it. Its
@@ -328,6 +324,10 @@ func (s *Service) envoyDecide(ctx context.Context, ds []envoyDescriptor) error {
 				s.log.Warn("an RLS descriptor with hits_addend 0 (check only) is always OK here, and a later charge that does not fit is not counted: "+
 					"check-then-charge usage limits are not enforced by envoy-ratelimit; use allot's policy with charges: for them", "limit", el.rl.Name)
 			}
+		case !el.admits || d.cost > el.rl.Burst:
+			// Over the limit whatever the store holds: a limit of 0, or a
+			// cost above the burst (the original counts it over, too).
+			d.dec, d.decided = Decision{Limit: el.rl.Name, RetryAfter: el.rl.Rate.Period}, true
 		default:
 			if reqs == nil {
 				reqs = make([]gcra.Request, 0, len(ds)-i)
@@ -435,9 +435,17 @@ func (t *envoyTable) answer(ds []envoyDescriptor) *rlsv3.RateLimitResponse {
 		}
 		st.DurationUntilReset = dur(i, d.dec.RetryAfter)
 		src := d.lim.src
-		if t.opts.QuotaMode || src != nil && (src.Shadow || src.Quota) {
-			// Shadow: the limit would deny; quota: its violation is for
-			// the caller to see, not a denial. Both answer OK.
+		if t.opts.QuotaMode || src != nil && src.Quota {
+			// Quota: the violation is for the caller to see, not a
+			// denial: OK, without a reset (as the original).
+			st.DurationUntilReset = nil
+			if closest < 0 || closestLeft > 0 {
+				closest, closestLeft = i, 0
+			}
+			continue
+		}
+		if src != nil && src.Shadow {
+			// Shadow: the limit would deny; the answer is OK.
 			if closest < 0 || closestLeft > 0 {
 				closest, closestLeft = i, 0
 			}

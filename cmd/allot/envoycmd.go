@@ -70,7 +70,7 @@ unit admits N at once and one more every unit/N, so no window boundary lets
 twice the limit through, and a denied request costs nothing.
 
 Settings that have no meaning here (statsd, local caches, per-second Redis)
-are accepted and logged once each. allot's own: ALLOT_STORE_TIMEOUT (5ms,
+are accepted and logged once each. allot's own: ALLOT_STORE_TIMEOUT (50ms,
 one Redis call of a decision), ALLOT_ON_FAILURE (open: a local limiter
 while Redis is down; closed: deny), ALLOT_RUNTIME_POLL (1s).
 

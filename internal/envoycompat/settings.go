@@ -84,7 +84,9 @@ type Settings struct {
 
 	// allot's own settings, beside the original's.
 
-	// ALLOT_STORE_TIMEOUT (5ms): bounds one Redis call of a decision;
+	// ALLOT_STORE_TIMEOUT (50ms): bounds one Redis call of a decision (allot
+	// regional's 5ms is for pods sized for it; a drop-in lands on hosts
+	// sized for the original, which waits up to REDIS_TIMEOUT);
 	// past it the limit falls back (ALLOT_ON_FAILURE).
 	StoreTimeout time.Duration
 	// ALLOT_ON_FAILURE (open): while Redis is unavailable, open admits
@@ -381,7 +383,7 @@ func FromEnv(env func(string) (string, bool)) (Settings, []Ignored, error) {
 		RedisTLSSkipHost: r.boolean("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false),
 		RedisTimeout:     r.duration("REDIS_TIMEOUT", 10*time.Second),
 
-		StoreTimeout: r.duration("ALLOT_STORE_TIMEOUT", 5*time.Millisecond),
+		StoreTimeout: r.duration("ALLOT_STORE_TIMEOUT", 50*time.Millisecond),
 		FailClosed:   r.choice("ALLOT_ON_FAILURE", "open", "open", "closed") == "closed",
 		RuntimePoll:  r.duration("ALLOT_RUNTIME_POLL", time.Second),
 		Replicas:     r.integer("ALLOT_REPLICAS", 1, 1),
@@ -429,7 +431,7 @@ func (s Settings) Validate() error {
 	case s.XDS.UseTLS && (s.XDS.ClientCert == "") != (s.XDS.ClientKey == ""):
 		return bad("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", s.XDS.ClientCert, "set both CONFIG_GRPC_XDS_CLIENT_TLS_CERT and _KEY, or neither")
 	case s.StoreTimeout <= 0:
-		return bad("ALLOT_STORE_TIMEOUT", s.StoreTimeout.String(), "want a positive duration, e.g. 5ms")
+		return bad("ALLOT_STORE_TIMEOUT", s.StoreTimeout.String(), "want a positive duration, e.g. 50ms")
 	case s.RuntimePoll <= 0:
 		return bad("ALLOT_RUNTIME_POLL", s.RuntimePoll.String(), "want a positive duration, e.g. 1s")
 	case s.GlobalLimits != "" && s.Etcd == "":

@@ -29,7 +29,7 @@ func TestSettingsDefaults(t *testing.T) {
 		LimitHeader: "RateLimit-Limit", RemainingHeader: "RateLimit-Remaining", ResetHeader: "RateLimit-Reset",
 		BackendType: "redis", RedisSocketType: "unix", RedisType: "SINGLE", RedisURL: "/var/run/nutcracker/ratelimit.sock",
 		RedisPoolSize: 10, RedisTimeout: 10 * time.Second,
-		StoreTimeout: 5 * time.Millisecond, RuntimePoll: time.Second, Region: "local", Replicas: 1,
+		StoreTimeout: 50 * time.Millisecond, RuntimePoll: time.Second, Region: "local", Replicas: 1,
 	}
 	want.XDS = XDSSettings{ServerURL: "localhost:18000", NodeID: "default", RetryInterval: 3 * time.Second,
 		BackoffInitial: 10 * time.Second, BackoffMax: 60 * time.Second, BackoffRandomFactor: 0.5, BackoffJitter: true}

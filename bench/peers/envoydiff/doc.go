@@ -13,7 +13,7 @@
 // sequence never straddles a boundary of the original's fixed windows.
 //
 // Both get ALLOT_STORE_TIMEOUT=1s (the original ignores it): with allot's
-// 5 ms default a busy host makes allot decide without Redis, by its
+// 50 ms default a busy host can still make allot decide without Redis, by its
 // ALLOT_ON_FAILURE policy, which is not what is compared here; every
 // scenario checks allot's /metrics for such decisions and fails on one.
 //
