@@ -23,6 +23,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -479,4 +480,41 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestEnvoyRatelimitRedisCluster runs on a 3-master Redis Cluster
+// (REDIS_TYPE=CLUSTER, REDIS_URL a list of nodes): counters of one domain
+// spread over the slots, every one enforced.
+func TestEnvoyRatelimitRedisCluster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	root := t.TempDir()
+	writeFile(t, filepath.Join(root, "config", "edge.yaml"), envoyCmdConfig)
+	p := startEnvoy(t, strings.Join(cl.Addrs(), ","), map[string]string{"RUNTIME_ROOT": root, "REDIS_TYPE": "CLUSTER"})
+	c := p.rls(t)
+	for i := range 20 {
+		ip := fmt.Sprintf("10.0.0.%d", i)
+		var got []string
+		for range 3 {
+			r, err := c.ShouldRateLimit(context.Background(), rlsReq("edge", "remote_address", ip))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, r.GetOverallCode().String())
+		}
+		if strings.Join(got, " ") != "OK OK OVER_LIMIT" {
+			t.Fatalf("%s on the cluster: %v, want OK OK OVER_LIMIT", ip, got)
+		}
+	}
+	// The keys landed on more than one master.
+	used := 0
+	for _, n := range cl.Nodes {
+		rc := redis.NewClient(redistest.ClientOptions(n.Addr))
+		if k, err := rc.DBSize(context.Background()).Result(); err == nil && k > 0 {
+			used++
+		}
+		_ = rc.Close()
+	}
+	if used < 2 {
+		t.Errorf("the counters of 20 descriptors are on %d master(s), want them spread", used)
+	}
 }

@@ -361,7 +361,7 @@ descriptors:
 			name:   "global QUOTA_MODE",
 			config: bare,
 			env:    []string{"QUOTA_MODE=true"},
-			steps: times(4, ra("1")), // the fourth over its quota: OK, no reset
+			steps:  times(4, ra("1")), // the fourth over its quota: OK, no reset
 		},
 		{
 			name: "values holding the original's key separator",
