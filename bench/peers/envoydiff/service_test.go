@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/allot-dev/allot/bench/peers/internal/peerkit"
 	"github.com/allot-dev/allot/internal/redistest"
 )
 
@@ -141,7 +142,7 @@ func (p *pair) noFallbacks(t *testing.T, scenario string) {
 func launchService(t *testing.T, name, bin string, common []string, args ...string) *service {
 	t.Helper()
 	rs := redistest.Start(t)
-	addrs, err := freeAddrs(3)
+	addrs, err := peerkit.FreeAddrs(3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,27 +290,6 @@ func (s *service) tail(n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-// freeAddrs returns n distinct loopback addresses whose ports were free a
-// moment ago.
-func freeAddrs(n int) ([]string, error) {
-	ls := make([]net.Listener, 0, n)
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	out := make([]string, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("free port: %w", err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	return out, nil
 }
 
 func portOf(addr string) string {

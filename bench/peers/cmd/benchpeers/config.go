@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/allot-dev/allot/bench/peers/internal/peerkit"
 )
 
 // Peer groups selectable with --peers.
@@ -25,10 +27,12 @@ const (
 
 var allGroups = []string{groupPhysical, groupAllot, groupEnvoy, groupRedisRate, groupGubernator}
 
-// envoyModule is the pinned version of Envoy's reference service.
-const envoyModule = "github.com/envoyproxy/ratelimit"
-
-const envoyVersion = "v1.4.1-0.20260122083618-3fb702589d36"
+// The pinned version of Envoy's reference service (peerkit's, shared with
+// envoydiff).
+const (
+	envoyModule  = peerkit.EnvoyModule
+	envoyVersion = peerkit.EnvoyVersion
+)
 
 // config is one run's settings.
 type config struct {

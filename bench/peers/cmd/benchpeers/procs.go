@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/allot-dev/allot/bench/peers/internal/peerkit"
 )
 
 // proc is one child process: a server under test or a helper. Its stdout and
@@ -135,24 +136,7 @@ func freeAddr() (string, error) {
 }
 
 // freeAddrs returns n distinct free loopback addresses.
-func freeAddrs(n int) ([]string, error) {
-	ls := make([]net.Listener, 0, n)
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	out := make([]string, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("free port: %w", err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	return out, nil
-}
+func freeAddrs(n int) ([]string, error) { return peerkit.FreeAddrs(n) }
 
 // portOf returns the port of a host:port address.
 func portOf(addr string) string {
@@ -166,18 +150,5 @@ func portOf(addr string) string {
 // runCmd runs a command to completion in dir and returns its combined
 // output, with the output in the error when it fails.
 func runCmd(ctx context.Context, dir string, env []string, bin string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Dir = dir
-	if env != nil {
-		cmd.Env = env
-	}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) || len(out) > 0 {
-			return string(out), fmt.Errorf("%s %s: %w\n%s", bin, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-		}
-		return string(out), fmt.Errorf("%s %s: %w", bin, strings.Join(args, " "), err)
-	}
-	return string(out), nil
+	return peerkit.RunCmd(ctx, dir, env, bin, args...)
 }

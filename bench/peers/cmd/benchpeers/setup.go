@@ -15,6 +15,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/allot-dev/allot/bench/peers/internal/peerkit"
 	"github.com/allot-dev/allot/client"
 )
 
@@ -314,15 +315,7 @@ func changedFiles(porcelain string) []string {
 // withoutGOFLAGS is the environment with GOFLAGS removed: make bench-peers
 // sets -mod=mod for this module, which must not reach the main module's
 // build.
-func withoutGOFLAGS() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "GOFLAGS=") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
+func withoutGOFLAGS() []string { return peerkit.WithoutGOFLAGS() }
 
 // allotFallbacks sums allot_fallback_decisions_total from the metrics of
 // the allot process behind p (allot regional or allot envoy-ratelimit; 0
@@ -508,47 +501,13 @@ func (h *harness) envoyBinary(ctx context.Context) (bin, version string, err err
 		}
 		return h.cfg.envoyBin, v, nil
 	}
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	dir := filepath.Join(cache, "allot-bench-peers", "envoy-ratelimit-"+envoyVersion)
-	// The lead's earlier install of exactly this version, if present.
-	for _, c := range []string{filepath.Join(dir, "service_cmd"), "/tmp/envoyrl/service_cmd"} {
-		if v, err := binaryModuleVersion(ctx, c, envoyModule); err == nil && v == envoyVersion {
-			return c, v, nil
-		}
-	}
-	h.progress("installing %s/src/service_cmd@%s into %s (about a minute, once)", envoyModule, envoyVersion, dir)
-	env := append(withoutGOFLAGS(), "GOBIN="+dir)
-	if _, err := runCmd(ctx, "", env, "go", "install", envoyModule+"/src/service_cmd@"+envoyVersion); err != nil {
-		return "", "", fmt.Errorf("go install Envoy's ratelimit: %w", err)
-	}
-	c := filepath.Join(dir, "service_cmd")
-	v, err := binaryModuleVersion(ctx, c, envoyModule)
-	if err != nil {
-		return "", "", err
-	}
-	return c, v, nil
+	return peerkit.EnvoyBinary(ctx, h.progress)
 }
 
 // binaryModuleVersion reads the version of module mod from a Go binary's
 // build information (go version -m).
 func binaryModuleVersion(ctx context.Context, bin, mod string) (string, error) {
-	if _, err := os.Stat(bin); err != nil {
-		return "", err
-	}
-	out, err := runCmd(ctx, "", nil, "go", "version", "-m", bin)
-	if err != nil {
-		return "", err
-	}
-	for _, line := range strings.Split(out, "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 3 && f[0] == "mod" && f[1] == mod {
-			return f[2], nil
-		}
-	}
-	return "", fmt.Errorf("%s: not a build of %s", bin, mod)
+	return peerkit.BinaryModuleVersion(ctx, bin, mod)
 }
 
 // setupRedisRate starts the redis_rate RLS server (this program, serve-redisrate).
