@@ -518,3 +518,63 @@ func TestEnvoyRatelimitRedisCluster(t *testing.T) {
 		t.Errorf("the counters of 20 descriptors are on %d master(s), want them spread", used)
 	}
 }
+
+// TestRegionalEnvoyConfig serves an envoyproxy/ratelimit configuration from
+// `allot regional --envoy-config`: its domains answer from it, others from
+// allot's policy, side by side on one RLS port.
+func TestRegionalEnvoyConfig(t *testing.T) {
+	srv := etcdtest.Start(t)
+	url := startCoordinatorOn(t, srv, "--insecure-reports", "--insecure-admin")
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "policy.yaml")
+	writeFile(t, pol, "version: 1\nregions: [us-east]\ndefault_tier: free\nlimits:\n  - name: budget\n    descriptors: [tenant]\n    rate: budget\ntiers:\n  free:\n    budget: {rate: 100/s, burst: 100}\n")
+	if out, errOut, code := runCLI(t, "policy", "apply", "-f", pol, "--coordinator", url); code != 0 {
+		t.Fatalf("policy apply: %s %s", out, errOut)
+	}
+	conf := filepath.Join(dir, "envoy")
+	writeFile(t, filepath.Join(conf, "edge.yaml"), envoyCmdConfig)
+	rs := redistest.Start(t)
+	if _, errOut, code := runCLI(t, "regional", "--region", "us-east", "--redis", rs.Addr, "--etcd", srv.Endpoint,
+		"--envoy-config", filepath.Join(dir, "missing")); code != 2 || !strings.Contains(errOut, "--envoy-config") {
+		t.Errorf("a missing --envoy-config: exit %d, %s", code, errOut)
+	}
+	grpcAddr := freeAddr(t)
+	startRegional(t, srv, rs.Addr, "--grpc-listen", grpcAddr, "--envoy-config", conf)
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := rlsv3.NewRateLimitServiceClient(conn)
+	ask := func(domain string, kvs ...string) (string, error) {
+		r, err := c.ShouldRateLimit(context.Background(), rlsReq(domain, kvs...))
+		if err != nil {
+			return "", err
+		}
+		return r.GetOverallCode().String(), nil
+	}
+	// Ready once the policy and a grant are in.
+	wait.Until(t, 15*time.Second, func() error {
+		got, err := ask("api", "tenant", "t1")
+		if err != nil || got != "OK" {
+			return fmt.Errorf("policy path: %s, %v", got, err)
+		}
+		return nil
+	})
+	var got []string
+	for range 3 {
+		g, err := ask("edge", "remote_address", "1.1.1.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, g)
+	}
+	if strings.Join(got, " ") != "OK OK OVER_LIMIT" {
+		t.Errorf("the envoy configuration's domain, 2 a minute: %v", got)
+	}
+	// A domain the configuration does not hold is allot's policy's: the
+	// descriptors must name a tenant.
+	if _, err := ask("other", "remote_address", "1.1.1.1"); err == nil || !strings.Contains(err.Error(), "tenant") {
+		t.Errorf("a descriptor without a tenant outside the envoy domains: %v, want the policy's error", err)
+	}
+}

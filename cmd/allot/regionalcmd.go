@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/base64"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -14,8 +15,10 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/allot-dev/allot/gcra/redisstore"
+	"github.com/allot-dev/allot/internal/envoycompat"
 	"github.com/allot-dev/allot/internal/membership"
 	"github.com/allot-dev/allot/internal/tlsconfig"
+	"github.com/allot-dev/allot/policy/envoyconf"
 	"github.com/allot-dev/allot/regional"
 )
 
@@ -54,6 +57,8 @@ type regionalOpts struct {
 	etcdAuth          etcdAuth
 	coordTLS          tlsconfig.Client
 	reportToken       string // --report-token-file
+	envoyConfig       string // --envoy-config
+	envoyGlobal       string // --envoy-global
 	// changed reports whether a flag was given (on the command line or in
 	// the environment).
 	changed func(flag string) bool
@@ -126,6 +131,8 @@ there, for probes and scrapers under mutual TLS (and /debug/pprof/ with
 	etcdAuthFlags(f, &o.etcdAuth)
 	clientTLSFlags(f, &o.coordTLS, "coordinator-tls", "the coordinator")
 	f.StringVar(&o.reportToken, "report-token-file", "", "file holding the region token sent with every report (the coordinators' --report-token-file)")
+	f.StringVar(&o.envoyConfig, "envoy-config", "", "directory of envoyproxy/ratelimit configuration files (every file under it; checked for changes every second): RLS requests for their domains are answered from them, others from the policy")
+	f.StringVar(&o.envoyGlobal, "envoy-global", "", "file naming limits of --envoy-config that spend an allot tenant's global budget (see allot envoy-ratelimit's ALLOT_GLOBAL_LIMITS)")
 	return c
 }
 
@@ -255,12 +262,47 @@ func runRegional(ctx context.Context, s *streams, o regionalOpts) error {
 			"only a coordinator started with --insecure-reports takes them; others refuse them and this pod stays on its floors")
 	}
 	components := []func(context.Context) error{svc.Run}
+	if o.envoyConfig != "" {
+		watch, err := envoyConfigWatch(svc, o.envoyConfig, o.envoyGlobal, log)
+		if err != nil {
+			return err
+		}
+		components = append(components, watch)
+	} else if o.envoyGlobal != "" {
+		return usagef("--envoy-global needs --envoy-config: it names limits of that configuration")
+	}
 	if members != nil {
 		components = append(components, members.Run)
 	}
 	err = srv.run(ctx, svc.Handler(reg, o.headerPrefix), svc.Ready, components...)
 	log.Info("regional stopped")
 	return err
+}
+
+// envoyConfigWatch loads dir's envoyproxy/ratelimit configuration (with the
+// global limits file, if any) into svc now, failing on a broken one, and
+// returns the component that reloads it on change.
+func envoyConfigWatch(svc *regional.Service, dir, globalFile string, log *slog.Logger) (func(context.Context) error, error) {
+	var opts regional.EnvoyOptions
+	if globalFile != "" {
+		b, err := os.ReadFile(globalFile)
+		if err != nil {
+			return nil, usagef("--envoy-global: %v", err)
+		}
+		if opts.Global, err = envoycompat.ParseGlobal(globalFile, b); err != nil {
+			return nil, usagef("--envoy-global: %v", err)
+		}
+	}
+	rt := envoycompat.Runtime{Root: dir}
+	cfg, _, err := rt.Load()
+	if err == nil {
+		err = svc.SetEnvoyConfig(cfg, opts)
+	}
+	if err != nil {
+		return nil, usagef("--envoy-config %s: %v", dir, err)
+	}
+	apply := func(c *envoyconf.Config) error { return svc.SetEnvoyConfig(c, opts) }
+	return func(ctx context.Context) error { return rt.Watch(ctx, time.Second, log, apply, nil, nil) }, nil
 }
 
 // validateGossip refuses gossip settings without --gossip-listen, which
