@@ -557,7 +557,7 @@ func TestRegionalEnvoyConfig(t *testing.T) {
 	wait.Until(t, 15*time.Second, func() error {
 		got, err := ask("api", "tenant", "t1")
 		if err != nil || got != "OK" {
-			return fmt.Errorf("policy path: %s, %v", got, err)
+			return fmt.Errorf("policy path answered %q: %w", got, err)
 		}
 		return nil
 	})
