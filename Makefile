@@ -77,7 +77,9 @@ lint: ## golangci-lint with .golangci.yml (installs the pinned version if missin
 .PHONY: verify
 verify: ## go mod tidy and gofmt leave no diff
 	$(GO) mod tidy
-	gofmt -l . | grep -v '\.pb\.go$$' | tee /dev/stderr | (! read)
+	@# Unformatted files to stderr (not tee /dev/stderr: that reopens, and
+	@# truncates, a log file stderr is redirected to).
+	@out=$$(gofmt -l . | grep -v '\.pb\.go$$'); if [ -n "$$out" ]; then echo "gofmt: not formatted:" >&2; echo "$$out" >&2; exit 1; fi
 	git diff --exit-code go.mod go.sum
 
 .PHONY: demo
