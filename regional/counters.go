@@ -40,6 +40,7 @@ func newCounters(max int) *counters {
 // add counts one decision of cost units.
 func (c *counters) add(tenant string, cost int64, admitted bool) {
 	v, ok := c.m.Load(tenant)
+	first := false
 	if !ok {
 		if c.n.Load() >= c.max {
 			c.dropped.Add(cost)
@@ -49,16 +50,21 @@ func (c *counters) add(tenant string, cost int64, admitted bool) {
 		v, loaded = c.m.LoadOrStore(tenant, &usageCell{})
 		if !loaded {
 			c.n.Add(1)
-			select {
-			case c.fresh <- struct{}{}:
-			default:
-			}
+			first = true
 		}
 	}
 	u := v.(*usageCell)
 	u.offered.Add(cost)
 	if admitted {
 		u.admitted.Add(cost)
+	}
+	if first {
+		// After the counts: a reporter woken by the signal must find this
+		// decision's units (a step of zero units would ask for nothing).
+		select {
+		case c.fresh <- struct{}{}:
+		default:
+		}
 	}
 }
 

@@ -57,9 +57,11 @@ func TestPushAppliesWithoutLease(t *testing.T) {
 }
 
 // An answer signals a shrink (a lower rate or burst than the tenant's grant
-// the pod held), and nothing else: a first grant, a grow, or a replay of an
-// older epoch. The reporter then reports soon, not at its next tick, so that
-// the leader can make the grow that waits for the acknowledgement.
+// the pod held), or a full answer (the pod's first of a term: the leader
+// pushes it nothing until it reported an epoch of the term), and nothing
+// else: a first grant, a grow, or a replay of an older epoch. The reporter
+// then reports soon, not at its next tick, so that the leader can make the
+// grow that waits for the acknowledgement, or push the pod what changes.
 func TestAnswerSignalsShrinks(t *testing.T) {
 	v := newView("us-east", nil, 0)
 	v.setShards(1)
@@ -70,7 +72,7 @@ func TestAnswerSignalsShrinks(t *testing.T) {
 		burst  int64
 		want   bool
 	}{
-		{"a", 1, 50, 10, false}, // first grant
+		{"a", 1, 50, 10, true},  // first grant, in a full answer
 		{"a", 2, 60, 12, false}, // grow
 		{"a", 3, 60, 12, false}, // unchanged
 		{"a", 4, 40, 12, true},  // rate shrinks

@@ -40,6 +40,11 @@ type reporter struct {
 	dial func(addr string) (*grpc.ClientConn, error)
 	// seq numbers the reports (only the reporter goroutine touches it).
 	seq uint64
+	// answered is signalled (without blocking; buffered 1) when a leader
+	// accepted a report: a watch stream waiting out its backoff opens
+	// again at once, so that pushes reach the pod as soon as a leader
+	// answers it (a pod that started, or found a new leader).
+	answered chan struct{}
 }
 
 func newReporter(s *Service, shard int, counts *counters) *reporter {
@@ -54,7 +59,7 @@ func newReporter(s *Service, shard int, counts *counters) *reporter {
 	if s.cfg.ReportToken != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(reportToken(s.cfg.ReportToken)))
 	}
-	return &reporter{s: s, shard: shard, store: s.store.Shard(shard), counts: counts, shrunk: s.view.shrunk[shard], dial: func(addr string) (*grpc.ClientConn, error) {
+	return &reporter{s: s, shard: shard, store: s.store.Shard(shard), counts: counts, shrunk: s.view.shrunk[shard], answered: make(chan struct{}, 1), dial: func(addr string) (*grpc.ClientConn, error) {
 		return grpc.NewClient(addr, opts...)
 	}}
 }
@@ -183,12 +188,17 @@ func (r *reporter) watch(ctx context.Context) {
 		if r.watchOnce(ctx) {
 			backoff = resendAfter
 		}
+		wait := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
+			wait.Stop()
 			return
-		case <-time.After(backoff):
+		case <-wait.C:
+			backoff = min(2*backoff, r.s.cfg.ReportInterval)
+		case <-r.answered:
+			// A leader answers now: open the stream to it at once.
+			wait.Stop()
 		}
-		backoff = min(2*backoff, r.s.cfg.ReportInterval)
 	}
 }
 
@@ -390,6 +400,10 @@ func (r *reporter) report(ctx context.Context, out outgoing) bool {
 			r.s.m.reports.WithLabelValues("accepted").Inc()
 		}
 		r.s.view.answered(r.shard, sentAt, answerFromPB(resp), r.s.cfg.Now())
+		select {
+		case r.answered <- struct{}{}:
+		default:
+		}
 		return true
 	}
 	return false

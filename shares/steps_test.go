@@ -253,3 +253,64 @@ func TestTrackerCountsFromTheStep(t *testing.T) {
 		t.Errorf("MinChange -1: %v, want ErrInvalidConfig", err)
 	}
 }
+
+// A rate that moves again while a step's second look counts (demand that
+// rose and left within a Window: a shift that came right after a step, or
+// right after a tenant was first seen) is looked at again, over traffic
+// after the look only, until it holds: the tracker says the new rate
+// within a second, where the fall itself, to a few units a Window, may not
+// pass the test of a step for many Windows.
+func TestTrackerFollowsAFallWithinALook(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		from     float64       // the rate until up (0: the tenant is first seen at up)
+		up, down time.Duration // 200/s from up, 10/s from down
+	}{
+		{"after a step", 20, 10 * time.Second, 10*time.Second + 200*time.Millisecond},
+		{"after the first sight", 0, 10 * time.Second, 10*time.Second + 160*time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(5, 9))
+			t0 := time.Unix(1_800_000_000, 0)
+			tr, err := shares.NewTracker(t0, shares.TrackerConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			up, down := t0.Add(c.up), t0.Add(c.down)
+			now, nextFull := t0, t0.Add(2*time.Second)
+			if c.from == 0 {
+				now = up
+			}
+			var last float64 // the rate the last report said
+			var saidAt time.Duration
+			for now.Before(down.Add(3 * time.Second)) {
+				rate := c.from
+				switch {
+				case !now.Before(down):
+					rate = 10
+				case !now.Before(up):
+					rate = 200
+				}
+				now = now.Add(time.Duration(rng.ExpFloat64() / rate * float64(time.Second)))
+				for !now.Before(nextFull) {
+					nextFull = nextFull.Add(2 * time.Second)
+					if now.Before(up) {
+						u, iv := tr.TakeAll(now)
+						last = u["t"].Offered / iv.Seconds()
+					}
+				}
+				if tr.Add(now, "t", 1, 1) {
+					u, iv := tr.TakeSteps(now)
+					last = u["t"].Offered / iv.Seconds()
+					if now.After(down) && last < 20 && saidAt == 0 {
+						saidAt = now.Sub(down)
+					}
+				}
+			}
+			if saidAt == 0 || saidAt > time.Second {
+				t.Errorf("rate %v → 200 → 10/s (%v apart): the tracker said %.1f/s last, and a rate below 20/s %v after the fall; want within a second", c.from, c.down-c.up, last, saidAt)
+			}
+			t.Logf("said %.1f/s %v after the fall", last, saidAt)
+		})
+	}
+}

@@ -83,6 +83,7 @@ type track struct {
 	// little of its rate, so it steps again once a Window old.
 	born     time.Time
 	young    bool
+	looks    int  // further looks since the second look (at most maxLooks)
 	stepped  bool // in Tracker.stepped
 	fromStep bool // off and adm count from a step report
 	idle     int  // full reports without traffic
@@ -180,6 +181,17 @@ func (t *Tracker) isStep(tr *track, now time.Time) bool {
 	return d > t.cfg.Z*math.Sqrt(max(want, 1)) && d > t.cfg.MinChange*want
 }
 
+// departs reports whether a Poisson count off departs from its expected
+// count want by more than z standard deviations on Anscombe's square-root
+// scale (2·√(x + 3/8) has variance about 1 at any mean): unlike the normal
+// approximation, it is as sure of a fall to a few units as of a rise. A
+// fall from 87/s to 10/s leaves 3 units in a 300 ms window where 26 were
+// expected: 4.5 deviations of the normal approximation, 6.6 on this scale
+// (a Poisson count of 26 falls to 3 with probability about 2·10⁻⁸).
+func departs(off, want, z float64) bool {
+	return 2*math.Abs(math.Sqrt(off+0.375)-math.Sqrt(max(want, 0)+0.375)) > z
+}
+
 // Steps returns how many tenants stepped since they were last reported.
 func (t *Tracker) Steps() int { return len(t.stepped) }
 
@@ -199,22 +211,62 @@ func (t *Tracker) TakeSteps(now time.Time) (usage map[string]Usage, interval tim
 		off, adm, span, nb := t.stepRate(tr, now)
 		f := interval.Seconds() / span.Seconds()
 		usage[name] = Usage{Offered: off * f, Admitted: adm * f, Step: true}
+		fell := !tr.young && t.fell(tr, now)
 		t.setRef(tr, off/span.Seconds(), off, adm)
-		if !tr.young && now.Sub(tr.born) >= 2*t.cfg.Window {
+		switch {
+		case !tr.young && now.Sub(tr.born) >= 2*t.cfg.Window:
 			// A step seen in a few tens of milliseconds says its new
 			// rate roughly: say it again over a whole Window of it.
 			// It started about span ago: its older buckets counted
 			// the old rate.
-			tr.born, tr.young = now.Add(-span), true
+			tr.born, tr.young, tr.looks = now.Add(-span), true, 0
 			for j := nb; j < trackerBuckets; j++ {
 				k := (tr.cur - j + trackerBuckets) % trackerBuckets
 				tr.bOff[k], tr.bAdm[k] = 0, 0
 			}
+		case !tr.young && tr.looks < maxLooks && fell:
+			// A look whose Window saw the rate fall (demand that rose,
+			// then left: a shift right after a step, or after a tenant's
+			// first sight), which it counted in part. Look once more, a
+			// Window from now, at traffic after it only.
+			tr.born, tr.young = now, true
+			tr.looks++
+			clear(tr.bOff[:])
+			clear(tr.bAdm[:])
 		}
 		tr.off, tr.adm, tr.start, tr.stepped, tr.fromStep = 0, 0, now, false, true
 	}
 	t.stepped = t.stepped[:0]
 	return usage, interval
+}
+
+// maxLooks bounds the further looks a step's second look may lead to.
+const maxLooks = 2
+
+// fell reports whether tr's rate fell within its window: for some split,
+// the newest buckets fall short of what the older ones predict, as a step
+// departs (see isStep). (A rise within a window is a step at once; a fall
+// to a few units a window may not be for many windows.)
+func (t *Tracker) fell(tr *track, now time.Time) bool {
+	var all float64
+	for j := range trackerBuckets {
+		all += tr.bOff[j]
+	}
+	part := now.Sub(tr.bStart)
+	var newer float64
+	for j := range trackerBuckets - 1 {
+		newer += tr.bOff[(tr.cur-j+trackerBuckets)%trackerBuckets]
+		spanNew := time.Duration(j)*t.bucket + part
+		spanOld := time.Duration(trackerBuckets-1-j) * t.bucket
+		if spanNew <= 0 {
+			continue
+		}
+		want := (all - newer) * spanNew.Seconds() / spanOld.Seconds()
+		if newer < want && departs(newer, want, t.cfg.Z) && want-newer > t.cfg.MinChange*want {
+			return true
+		}
+	}
+	return false
 }
 
 // stepRate returns tr's counts since its step, the span they cover and the
