@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/allot-dev/allot/internal/promreg"
 	allotv1 "github.com/allot-dev/allot/proto/allot/v1"
 )
 
@@ -86,19 +87,9 @@ func newReportGuard(auth ReportAuth, reg prometheus.Registerer, log *slog.Logger
 		Name: "allot_coordinator_reports_rejected_total",
 		Help: "Pod reports refused as unauthenticated, by reason (no_credentials, wrong_token).",
 	}, []string{"reason"})
-	if reg != nil {
-		if err := reg.Register(rejected); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			var existing *prometheus.CounterVec
-			if errors.As(err, &are) {
-				existing, _ = are.ExistingCollector.(*prometheus.CounterVec)
-			}
-			if existing != nil {
-				rejected = existing
-			} else {
-				log.Error("register allot_coordinator_reports_rejected_total", "err", err)
-			}
-		}
+	rejected, err := promreg.Register(reg, rejected)
+	if err != nil {
+		log.Error("register allot_coordinator_reports_rejected_total", "err", err)
 	}
 	for _, r := range []string{rejectNoCredentials, rejectWrongToken} {
 		rejected.WithLabelValues(r)

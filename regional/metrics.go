@@ -1,13 +1,13 @@
 package regional
 
 import (
-	"errors"
 	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/allot-dev/allot/gcra/lease"
+	"github.com/allot-dev/allot/internal/promreg"
 )
 
 type metrics struct {
@@ -174,14 +174,14 @@ func newMetrics(reg prometheus.Registerer, region string, s *Service) (*metrics,
 	// label.
 	var err error
 	for _, v := range []**prometheus.CounterVec{&m.envoyTotal, &m.envoyOver, &m.envoyWithin, &m.envoyShadow, &m.envoyErrors} {
-		if *v, err = register(reg, *v); err != nil {
+		if *v, err = promreg.Register(reg, *v); err != nil {
 			return nil, err
 		}
 	}
-	if m.decisions, err = register(reg, m.decisions); err != nil {
+	if m.decisions, err = promreg.Register(reg, m.decisions); err != nil {
 		return nil, err
 	}
-	if m.fallback, err = register(reg, m.fallback); err != nil {
+	if m.fallback, err = promreg.Register(reg, m.fallback); err != nil {
 		return nil, err
 	}
 	for _, c := range []prometheus.Collector{m.storeDuration, m.storeErrors, m.grantAge, m.leaseValid, m.leaseLeft, m.reports, m.earlyReports, m.settles, m.charges, m.pushes, m.dropped, m.policyVersion, m.livePods, m.shards, newLeaseUnits(m)} {
@@ -198,20 +198,6 @@ func newMetrics(reg prometheus.Registerer, region string, s *Service) (*metrics,
 func (m *metrics) lookUp() {
 	m.storeOK = m.storeDuration.WithLabelValues("ok")
 	m.storeError = m.storeDuration.WithLabelValues("error")
-}
-
-// register registers c, or returns the equal collector already registered.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if ex, ok := are.ExistingCollector.(C); ok {
-				return ex, nil
-			}
-		}
-		return c, err
-	}
-	return c, nil
 }
 
 // leaseUnits is allot_lease_units_total: per leased limit of this region,

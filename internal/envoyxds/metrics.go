@@ -1,10 +1,11 @@
 package envoyxds
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/allot-dev/allot/internal/promreg"
 )
 
 // metrics of one Subscriber; nil counts nothing. Two Subscribers in one
@@ -60,16 +61,10 @@ func (m *metrics) setConnected(up bool) {
 	}
 }
 
-// register registers c, or returns the collector already registered under
-// the same description.
+// register registers c with reg (see promreg.Register).
 func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing, nil
-			}
-		}
+	c, err := promreg.Register(reg, c)
+	if err != nil {
 		return c, fmt.Errorf("envoy xds config: Registerer: %w", err)
 	}
 	return c, nil

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/allot-dev/allot/internal/promreg"
 )
 
 // metrics are labelled by region only. The counters may be shared by
@@ -44,16 +46,10 @@ func newMetrics(reg prometheus.Registerer, region string) (*metrics, error) {
 	return m, nil
 }
 
-// register registers c, or returns the collector already registered under
-// the same description.
+// register registers c with reg (see promreg.Register).
 func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing, nil
-			}
-		}
+	c, err := promreg.Register(reg, c)
+	if err != nil {
 		return c, fmt.Errorf("membership config: Registerer: %w", err)
 	}
 	return c, nil
