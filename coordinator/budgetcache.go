@@ -85,8 +85,8 @@ func (b *budgetCache) Put(kv *mvccpb.KeyValue) {
 }
 
 // Delete implements state.MirrorHandler.
-func (b *budgetCache) Delete(key []byte) {
-	t, err := b.store.BudgetTenant(key)
+func (b *budgetCache) Delete(kv *mvccpb.KeyValue) {
+	t, err := b.store.BudgetTenant(kv.Key)
 	if err != nil {
 		return
 	}

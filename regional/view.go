@@ -427,7 +427,7 @@ func (m policyMirror) Put(kv *mvccpb.KeyValue) {
 	v.gen.Add(1)
 }
 
-func (m policyMirror) Delete([]byte) {}
+func (m policyMirror) Delete(*mvccpb.KeyValue) {}
 
 // budgetMirror feeds the budget records.
 type budgetMirror struct{ v *view }
@@ -466,8 +466,8 @@ func (m budgetMirror) Put(kv *mvccpb.KeyValue) {
 	m.v.gen.Add(1)
 }
 
-func (m budgetMirror) Delete(key []byte) {
-	t, err := m.v.store.BudgetTenant(key)
+func (m budgetMirror) Delete(kv *mvccpb.KeyValue) {
+	t, err := m.v.store.BudgetTenant(kv.Key)
 	if err != nil {
 		return
 	}
