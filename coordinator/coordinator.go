@@ -18,6 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/allot-dev/allot/coordinator/statuspage"
 	"github.com/allot-dev/allot/internal/state"
 	"github.com/allot-dev/allot/policy"
 	"github.com/allot-dev/allot/shares"
@@ -84,7 +85,9 @@ type Coordinator struct {
 	lastRun    time.Time
 	lastDur    time.Duration
 	lastWrites int
-	hist       *history // the status page's chart
+	// page is the status page (statuspage.Page): each rebalance hands it a
+	// snapshot, which it takes in after c.mu is released.
+	page statusPage
 
 	// budgetCache and policy hold the budget records and the current
 	// policy, mirrored from etcd by Run (budgetMirror, policyMirror):
@@ -190,7 +193,6 @@ func New(cfg Config) (*Coordinator, error) {
 		cfg:         cfg,
 		store:       store,
 		log:         cfg.Logger.With("component", "coordinator", "id", cfg.ID),
-		hist:        newHistory(),
 		m:           m,
 		budgetCache: newBudgetCache(),
 		policy:      newPolicyCache(),
@@ -198,6 +200,7 @@ func New(cfg Config) (*Coordinator, error) {
 	if err := c.mirrors(); err != nil {
 		return nil, fmt.Errorf("coordinator: %w", err)
 	}
+	c.page = statuspage.New(pageSource{c}, c.log)
 	return c, nil
 }
 
@@ -801,6 +804,7 @@ func (c *Coordinator) rebalance(ctx context.Context, t *term) error {
 		}
 	}
 	peers := c.peers(ctx)
+	wanted := c.page.Wanted()
 
 	c.mu.Lock()
 	now := c.cfg.Now()
@@ -827,13 +831,11 @@ func (c *Coordinator) rebalance(ctx context.Context, t *term) error {
 		c.m.learnedSeconds.Set(t.lead.LearningUntil().Sub(t.lead.Start()).Seconds())
 	}
 	prunable := c.prunable(t, now)
-	c.hist.sample(t.regions, t.lead.Busiest(historyTenants), t.lead.TenantRates)
-	if !learning {
-		c.hist.commit(now, t.lead.Allocator(), t.lead.Budget)
-	}
+	snap := pageSnapshot(now, t.regions, learning, t.lead, wanted)
 	tenants := t.lead.Tenants()
 	c.mu.Unlock()
 
+	c.page.Commit(snap)
 	c.prune(ctx, t, prunable)
 	d := time.Since(start)
 	c.m.grantWrites.Add(float64(len(changes)))
