@@ -4,18 +4,15 @@ import (
 	"sort"
 	"sync"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
-
 	"github.com/allot-dev/allot/internal/state"
+	"github.com/allot-dev/allot/policy"
 )
 
-// budgetCache mirrors the operator-set budget records from etcd
-// (state.Mirror), so that a rebalance reads them from memory instead of a
-// prefix read of every record each interval. Until the mirror has synced
-// once, the leader reads etcd.
+// budgetCache holds the operator-set budget records, mirrored from etcd
+// (state.BudgetMirror), so that a rebalance reads them from memory instead
+// of a prefix read of every record each interval. Until the mirror has
+// synced once, the leader reads etcd.
 type budgetCache struct {
-	store *state.Store
-
 	mu     sync.Mutex
 	recs   map[string]state.BudgetRecord
 	synced bool
@@ -26,8 +23,8 @@ type budgetCache struct {
 	changed chan struct{}
 }
 
-func newBudgetCache(store *state.Store) *budgetCache {
-	return &budgetCache{store: store, recs: map[string]state.BudgetRecord{}, changed: make(chan struct{}, 1)}
+func newBudgetCache() *budgetCache {
+	return &budgetCache{recs: map[string]state.BudgetRecord{}, changed: make(chan struct{}, 1)}
 }
 
 // bump counts a change. b.mu held.
@@ -58,41 +55,62 @@ func (b *budgetCache) snapshot() ([]state.BudgetRecord, uint64, bool) {
 	return b.sorted, b.gen, true
 }
 
-// Reset implements state.MirrorHandler.
-func (b *budgetCache) Reset(kvs []*mvccpb.KeyValue, _ int64) {
-	next := make(map[string]state.BudgetRecord, len(kvs))
-	for _, kv := range kvs {
-		if rec, err := state.DecodeBudget(kv.Value); err == nil {
-			next[rec.Tenant] = rec
-		}
-	}
+// ResetBudgets implements state.BudgetHandler.
+func (b *budgetCache) ResetBudgets(recs map[string]state.BudgetRecord, _ int64) {
 	b.mu.Lock()
-	b.recs, b.sorted, b.synced = next, nil, true
+	b.recs, b.sorted, b.synced = recs, nil, true
 	b.bump()
 	b.mu.Unlock()
 }
 
-// Put implements state.MirrorHandler.
-func (b *budgetCache) Put(kv *mvccpb.KeyValue) {
-	rec, err := state.DecodeBudget(kv.Value)
-	if err != nil {
-		return
-	}
+// PutBudget implements state.BudgetHandler.
+func (b *budgetCache) PutBudget(rec state.BudgetRecord, _ int64) {
 	b.mu.Lock()
 	b.recs[rec.Tenant], b.sorted = rec, nil
 	b.bump()
 	b.mu.Unlock()
 }
 
-// Delete implements state.MirrorHandler.
-func (b *budgetCache) Delete(key []byte) {
-	t, err := b.store.BudgetTenant(key)
-	if err != nil {
-		return
-	}
+// DeleteBudget implements state.BudgetHandler.
+func (b *budgetCache) DeleteBudget(tenant string, _ int64) {
 	b.mu.Lock()
-	delete(b.recs, t)
+	delete(b.recs, tenant)
 	b.sorted = nil
 	b.bump()
 	b.mu.Unlock()
+}
+
+// policyCache holds the current policy, mirrored from etcd
+// (state.PolicyMirror): the leader takes it from here at each rebalance
+// instead of reading etcd, and is told (changed) as soon as it changes. It
+// only moves forward: the mirror hands over each revision once, in order.
+type policyCache struct {
+	mu  sync.Mutex
+	pv  state.PolicyVersion
+	doc *policy.Document
+	rev int64 // of the record; 0 before the first
+	// changed is signalled (buffered 1, never blocking) with every change.
+	changed chan struct{}
+}
+
+func newPolicyCache() *policyCache { return &policyCache{changed: make(chan struct{}, 1)} }
+
+// SetPolicy implements state.PolicyHandler.
+func (p *policyCache) SetPolicy(pv state.PolicyVersion, doc *policy.Document, rev int64) {
+	p.mu.Lock()
+	p.pv, p.doc, p.rev = pv, doc, rev
+	p.mu.Unlock()
+	select {
+	case p.changed <- struct{}{}:
+	default:
+	}
+}
+
+// current returns the policy and the revision of its record (0, and a nil
+// document, before the mirror found one). The document is shared: callers
+// must not change it.
+func (p *policyCache) current() (state.PolicyVersion, *policy.Document, int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pv, p.doc, p.rev
 }

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/allot-dev/allot/internal/etcdtest"
 	"github.com/allot-dev/allot/internal/state"
 	"github.com/allot-dev/allot/internal/wait"
@@ -51,13 +49,19 @@ func TestBudgetCacheFollowsEtcd(t *testing.T) {
 	}
 	put("b", "10/s")
 	put("a", "20/s")
-	bc := newBudgetCache(st)
+	bc := newBudgetCache()
 	if _, _, ok := bc.snapshot(); ok {
 		t.Fatal("snapshot before the first sync says synced")
 	}
+	mcfg := state.DefaultMirrorConfig()
+	mcfg.Retry = 100 * time.Millisecond
+	bm, err := state.NewBudgetMirror(st, bc, mcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	mctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- state.Mirror(mctx, cli, st.BudgetsPrefix(), bc, 100*time.Millisecond, nil) }()
+	go func() { done <- bm.Run(mctx) }()
 	defer func() {
 		cancel()
 		if err := <-done; !errors.Is(err, context.Canceled) {
@@ -112,12 +116,16 @@ func BenchmarkBudgetsRead(b *testing.B) {
 		}
 	})
 	b.Run("source=cache", func(b *testing.B) {
-		bc := newBudgetCache(st)
-		r, err := cli.Get(ctx, st.BudgetsPrefix(), clientv3.WithPrefix())
+		bc := newBudgetCache()
+		recs, rev, err := st.Budgets(ctx)
 		if err != nil {
 			b.Fatal(err)
 		}
-		bc.Reset(r.Kvs, r.Header.Revision)
+		byTenant := make(map[string]state.BudgetRecord, len(recs))
+		for _, r := range recs {
+			byTenant[r.Tenant] = r
+		}
+		bc.ResetBudgets(byTenant, rev)
 		for b.Loop() {
 			if recs, _, ok := bc.snapshot(); !ok || len(recs) != n {
 				b.Fatalf("snapshot = %d records, %v", len(recs), ok)

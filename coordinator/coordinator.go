@@ -18,6 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/allot-dev/allot/coordinator/statuspage"
 	"github.com/allot-dev/allot/internal/state"
 	"github.com/allot-dev/allot/policy"
 	"github.com/allot-dev/allot/shares"
@@ -84,10 +85,18 @@ type Coordinator struct {
 	lastRun    time.Time
 	lastDur    time.Duration
 	lastWrites int
-	hist       *history // the status page's chart
+	// page is the status page (statuspage.Page): each rebalance hands it a
+	// snapshot, which it takes in after c.mu is released.
+	page statusPage
 
-	budgetCache *budgetCache // the budget records, mirrored from etcd by Run
-	capLogged   time.Time
+	// budgetCache and policy hold the budget records and the current
+	// policy, mirrored from etcd by Run (budgetMirror, policyMirror):
+	// the leader reads them instead of etcd.
+	budgetCache  *budgetCache
+	policy       *policyCache
+	budgetMirror *state.BudgetMirror
+	policyMirror *state.PolicyMirror
+	capLogged    time.Time
 
 	// fenceUntil: this coordinator answers no report from then on unless
 	// a keepalive of its election session extends it (see keepFence).
@@ -112,7 +121,10 @@ type term struct {
 	lead    *shares.Leader
 	regions []string
 	policyV int64
-	doc     *policy.Document
+	// policyRev is the etcd revision of the policy record doc came from
+	// (0: none yet); written by the leader loop only, under c.mu.
+	policyRev int64
+	doc       *policy.Document
 	// budgetsGen and budgetsLead: the budget cache's generation and the
 	// policy version of the budgets lead was last given (gen 0: read
 	// from etcd, so given again each rebalance).
@@ -173,7 +185,7 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	store := state.New(cfg.Etcd, cfg.Prefix).Shard(cfg.Shard)
-	return &Coordinator{
+	c := &Coordinator{
 		ticks: func(d time.Duration) (<-chan time.Time, func()) {
 			t := time.NewTicker(d)
 			return t.C, t.Stop
@@ -181,10 +193,39 @@ func New(cfg Config) (*Coordinator, error) {
 		cfg:         cfg,
 		store:       store,
 		log:         cfg.Logger.With("component", "coordinator", "id", cfg.ID),
-		hist:        newHistory(),
 		m:           m,
-		budgetCache: newBudgetCache(store),
-	}, nil
+		budgetCache: newBudgetCache(),
+		policy:      newPolicyCache(),
+	}
+	if err := c.mirrors(); err != nil {
+		return nil, fmt.Errorf("coordinator: %w", err)
+	}
+	c.page = statuspage.New(pageSource{c}, c.log)
+	return c, nil
+}
+
+// mirrors sets up the mirrors of the budget records and the policy. A record
+// that fails to decode is logged and counted in
+// allot_state_decode_errors_total{kind}, registered without the shard
+// label (policy and budgets are every shard's, and a regional service of
+// the same process shares the counter); the leader keeps the last good
+// policy.
+func (c *Coordinator) mirrors() error {
+	mcfg := func(what string) state.MirrorConfig {
+		m := state.DefaultMirrorConfig()
+		m.Registerer = c.cfg.Registerer
+		m.OnResync = func(err error) { c.log.Warn(what+" mirror: resyncing", "err", err) }
+		m.OnDecodeError = func(e *state.DecodeError) {
+			c.log.Warn("etcd record does not decode: ignored", "kind", e.Kind, "key", e.Key, "revision", e.Rev, "err", e.Err)
+		}
+		return m
+	}
+	var err error
+	if c.budgetMirror, err = state.NewBudgetMirror(c.store, c.budgetCache, mcfg("budget")); err != nil {
+		return err
+	}
+	c.policyMirror, err = state.NewPolicyMirror(c.store, c.policy, mcfg("policy"))
+	return err
 }
 
 // Store returns the state store the coordinator uses.
@@ -217,17 +258,14 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	// Mirror the budget records for the whole run, leading or not, so a new
-	// leader's first rebalance already has them.
+	// Mirror the budget records and the policy for the whole run, leading
+	// or not, so a new leader's first rebalance already has them.
 	mctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	wg.Go(func() {
-		_ = state.Mirror(mctx, c.cfg.Etcd, c.store.BudgetsPrefix(), c.budgetCache, time.Second, func(err error) {
-			c.log.Warn("budget mirror: resyncing", "err", err)
-		})
-	})
+	wg.Go(func() { _ = c.budgetMirror.Run(mctx) })
+	wg.Go(func() { _ = c.policyMirror.Run(mctx) })
 	for {
 		err := c.campaign(ctx)
 		if ctx.Err() != nil {
@@ -516,6 +554,13 @@ func (c *Coordinator) lead(ctx, sctx context.Context, sess *concurrency.Session,
 	budgets.Stop()
 	defer budgets.Stop()
 	var budgetsAt time.Time
+	// A new policy is rebalanced as it arrives (at most every
+	// budgetsEvery), not only at the next tick: the mirror may deliver it
+	// just after a tick read the one before.
+	policies := time.NewTimer(time.Hour)
+	policies.Stop()
+	defer policies.Stop()
+	var policiesAt time.Time
 	for {
 		if err := c.rebalance(sctx, t); err != nil {
 			if sctx.Err() != nil {
@@ -546,13 +591,20 @@ func (c *Coordinator) lead(ctx, sctx context.Context, sess *concurrency.Session,
 			case <-budgets.C:
 				budgetsAt = time.Now()
 				c.handBudgets(t)
+			case <-c.policy.changed:
+				policies.Reset(max(0, budgetsEvery-time.Since(policiesAt)))
+			case <-policies.C:
+				policiesAt = time.Now()
+				_, _, rev := c.policy.current()
+				ticked = rev != t.policyRev // (else the last rebalance had it)
 			}
 		}
 	}
 }
 
 // budgetsEvery bounds how often budget changes are handed to the leader
-// between rebalances (each hand-over walks every tenant).
+// between rebalances (each hand-over walks every tenant), and how often a
+// policy change starts a rebalance.
 const budgetsEvery = 100 * time.Millisecond
 
 // handBudgets hands the mirrored budget records to the leader when they
@@ -738,7 +790,7 @@ func (c *Coordinator) growEarly(t *term) {
 // rebalance runs one rebalance of term t.
 func (c *Coordinator) rebalance(ctx context.Context, t *term) error {
 	start := time.Now()
-	if err := c.refreshPolicy(ctx, t); err != nil {
+	if err := c.refreshPolicy(t); err != nil {
 		return err
 	}
 	if t.lead == nil {
@@ -752,6 +804,7 @@ func (c *Coordinator) rebalance(ctx context.Context, t *term) error {
 		}
 	}
 	peers := c.peers(ctx)
+	wanted := c.page.Wanted()
 
 	c.mu.Lock()
 	now := c.cfg.Now()
@@ -778,13 +831,11 @@ func (c *Coordinator) rebalance(ctx context.Context, t *term) error {
 		c.m.learnedSeconds.Set(t.lead.LearningUntil().Sub(t.lead.Start()).Seconds())
 	}
 	prunable := c.prunable(t, now)
-	c.hist.sample(t.regions, t.lead.Busiest(historyTenants), t.lead.TenantRates)
-	if !learning {
-		c.hist.commit(now, t.lead.Allocator(), t.lead.Budget)
-	}
+	snap := pageSnapshot(now, t.regions, learning, t.lead, wanted)
 	tenants := t.lead.Tenants()
 	c.mu.Unlock()
 
+	c.page.Commit(snap)
 	c.prune(ctx, t, prunable)
 	d := time.Since(start)
 	c.m.grantWrites.Add(float64(len(changes)))
@@ -821,23 +872,19 @@ func (c *Coordinator) peers(ctx context.Context) []string {
 	return out
 }
 
-// refreshPolicy loads the policy when it changed; a change of the region
-// set starts a new protocol term, which learns before it grants.
-func (c *Coordinator) refreshPolicy(ctx context.Context, t *term) error {
-	pv, doc, err := c.store.Policy(ctx)
-	if errors.Is(err, state.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if pv.Version == t.policyV {
+// refreshPolicy loads the policy when the mirror has a newer one than t's
+// (none before it found one: the leader takes no reports until then); a
+// change of the region set starts a new protocol term, which learns before
+// it grants. Called by the leader loop only.
+func (c *Coordinator) refreshPolicy(t *term) error {
+	pv, doc, rev := c.policy.current()
+	if rev == 0 || rev == t.policyRev {
 		return nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if t.lead != nil && slices.Equal(doc.Regions, t.regions) {
-		t.policyV, t.doc = pv.Version, doc
+		t.policyV, t.policyRev, t.doc = pv.Version, rev, doc
 		t.lead.SetDefault(c.defaultBudget(doc))
 		return nil
 	}
@@ -873,7 +920,7 @@ func (c *Coordinator) refreshPolicy(ctx context.Context, t *term) error {
 		return fmt.Errorf("leader: %w", err)
 	}
 	lead.SetDefault(c.defaultBudget(doc))
-	t.lead, t.regions, t.policyV, t.doc = lead, cfg.Regions, pv.Version, doc
+	t.lead, t.regions, t.policyV, t.policyRev, t.doc = lead, cfg.Regions, pv.Version, rev, doc
 	c.log.Info("protocol term started: learning before granting", "term", cfg.Term, "regions", cfg.Regions,
 		"policy_version", pv.Version, "learning_until", lead.LearningUntil())
 	return nil

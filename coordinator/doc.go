@@ -8,7 +8,9 @@
 // etcd.
 // Followers answer reports with the leader's address. It also serves the
 // admin API (budgets, policy, shares, status) over HTTP JSON and gRPC, one
-// implementation behind both, and a status page.
+// implementation behind both, and a status page (package
+// coordinator/statuspage, handed a snapshot after each rebalance and doing
+// its work outside the coordinator's lock).
 //
 // Leadership is tied to an etcd session (concurrency.Session, TTL
 // Config.SessionTTL): the leader acts only while its session lives and
@@ -31,6 +33,11 @@
 // Clocks: leases and rebalances run on Config.Now (the leader's clock);
 // pods count their leases on their own monotonic clocks from when they sent
 // the report, so they always stop first.
+//
+// State: the policy and the budget records are mirrored from etcd
+// (state.PolicyMirror, state.BudgetMirror) for the whole run; the leader
+// rebalances from those copies, a new policy as it arrives, and reads etcd
+// only for elections, terms and the roster.
 //
 // Concurrency: Coordinator methods are safe for concurrent use; Run owns
 // every goroutine the coordinator starts and waits for them.

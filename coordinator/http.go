@@ -68,7 +68,7 @@ func (c *Coordinator) Handler(auth Auth, gatherer prometheus.Gatherer) http.Hand
 	mux.HandleFunc("GET /v1/policy", h.read("get_policy", h.getPolicy))
 	mux.HandleFunc("GET /v1/policy/history", h.read("policy_history", h.policyHistory))
 	mux.HandleFunc("POST /v1/policy/rollback", h.write("rollback_policy", h.rollback))
-	mux.HandleFunc("GET /{$}", h.page)
+	mux.Handle("GET /{$}", c.page)
 	if gatherer != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	}

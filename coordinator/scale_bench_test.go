@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/allot-dev/allot/coordinator/statuspage"
 	allotv1 "github.com/allot-dev/allot/proto/allot/v1"
 	"github.com/allot-dev/allot/shares"
 )
@@ -18,7 +19,8 @@ import (
 // ±10% noise around a steady split, then one rebalance. One op is one
 // interval: 12 reports answered and one rebalance. It reports the rebalance
 // alone (rebalance-ns); what the coordinator's rebalance adds for the status
-// page's sample of the busiest tenants (status-ns); the leader's heap per
+// page's sample of the busiest tenants (status-ns), of which the snapshot
+// taken under the coordinator's lock (status-locked-ns); the leader's heap per
 // tenant-region after converging (the heap with the leader less the heap
 // once it is dropped); the bytes of one report and of one steady answer on
 // the wire; and the grant changes per interval at steady state. Nothing is
@@ -59,9 +61,9 @@ func benchLeaderScale(b *testing.B, n int) {
 		}
 	}
 	usage := make([]map[string]shares.Usage, len(pods))
-	hist := newHistory()
+	page := statuspage.New(nil, nil)
 	var reportBytes, answerBytes int
-	interval := func(measure bool) (changes int, rebalance, status time.Duration) {
+	interval := func(measure bool) (changes int, rebalance, status, locked time.Duration) {
 		now = now.Add(cfg.Interval)
 		for i, p := range pods {
 			u := usage[i]
@@ -93,16 +95,18 @@ func benchLeaderScale(b *testing.B, n int) {
 				reportBytes, answerBytes = proto.Size(req), proto.Size(resp)
 			}
 		}
-		// As the coordinator's rebalance: the status page's sample of
-		// the busiest tenants around the leader's rebalance.
+		// As the coordinator's rebalance: the status page's snapshot of
+		// the busiest tenants (under the coordinator's lock), then the
+		// page's commit of it (outside).
 		start := time.Now()
 		ch := l.Rebalance(now)
 		rebalance = time.Since(start)
 		start = time.Now()
-		hist.sample(regions, l.Busiest(historyTenants), l.TenantRates)
-		hist.commit(now, l.Allocator(), l.Budget)
+		snap := pageSnapshot(now, regions, false, l, page.Wanted())
+		locked = time.Since(start)
+		page.Commit(snap)
 		status = time.Since(start)
-		return len(ch), rebalance, status
+		return len(ch), rebalance, status, locked
 	}
 	// Converge.
 	for range 40 {
@@ -110,12 +114,13 @@ func benchLeaderScale(b *testing.B, n int) {
 	}
 	b.ResetTimer()
 	var changes int
-	var reb, status time.Duration
+	var reb, status, locked time.Duration
 	for range b.N {
-		c, d, st := interval(true)
+		c, d, st, lk := interval(true)
 		changes += c
 		reb += d
 		status += st
+		locked += lk
 	}
 	b.StopTimer()
 	// The leader's heap: what the heap holds with it, less what it holds
@@ -132,11 +137,12 @@ func benchLeaderScale(b *testing.B, n int) {
 	without := heapNow()
 	runtime.KeepAlive(pods)
 	runtime.KeepAlive(usage)
-	runtime.KeepAlive(hist)
+	runtime.KeepAlive(page)
 	runtime.KeepAlive(budgets)
 	heap := with - without
 	b.ReportMetric(float64(reb.Nanoseconds())/float64(b.N), "rebalance-ns")
 	b.ReportMetric(float64(status.Nanoseconds())/float64(b.N), "status-ns")
+	b.ReportMetric(float64(locked.Nanoseconds())/float64(b.N), "status-locked-ns")
 	b.ReportMetric(heap/float64(n*len(regions)), "heap-B/tenant-region")
 	b.ReportMetric(float64(reportBytes), "B/report")
 	b.ReportMetric(float64(answerBytes), "B/steady-answer")

@@ -35,7 +35,7 @@ func TestEarlyGate(t *testing.T) {
 // effect, a shrink in it is signalled, and the lease stays where the last
 // answer put it.
 func TestPushAppliesWithoutLease(t *testing.T) {
-	v := newView("us-east", nil, 0)
+	v := newView("us-east", 0)
 	v.setShards(1)
 	now := time.Now()
 	v.answered(0, now, shares.Answer{Term: 1, Lease: 10 * time.Second, Full: true, Epoch: 1,
@@ -63,7 +63,7 @@ func TestPushAppliesWithoutLease(t *testing.T) {
 // then reports soon, not at its next tick, so that the leader can make the
 // grow that waits for the acknowledgement, or push the pod what changes.
 func TestAnswerSignalsShrinks(t *testing.T) {
-	v := newView("us-east", nil, 0)
+	v := newView("us-east", 0)
 	v.setShards(1)
 	for i, step := range []struct {
 		tenant string

@@ -30,6 +30,9 @@ type Service struct {
 	m     *metrics
 	store *state.Store
 	view  *view
+	// policy and budgets mirror etcd into view (nil without etcd).
+	policy  *state.PolicyMirror
+	budgets *state.BudgetMirror
 	// counts holds, per coordinator shard, the counts its reporter sends
 	// (nil until the shard count is known: decisions are then not
 	// counted, and budget limits enforce nothing).
@@ -101,7 +104,7 @@ func New(cfg Config) (*Service, error) {
 		cfg:        cfg,
 		log:        cfg.Logger.With("component", "regional", "region", cfg.Region, "pod", cfg.Pod),
 		store:      st,
-		view:       newView(cfg.Region, st, cfg.Drift),
+		view:       newView(cfg.Region, cfg.Drift),
 		local:      local,
 		failLogged: map[string]time.Time{},
 		settler:    settler,
@@ -125,7 +128,36 @@ func New(cfg Config) (*Service, error) {
 	if s.m, err = newMetrics(cfg.Registerer, cfg.Region, s); err != nil {
 		return nil, err
 	}
+	if cfg.Etcd != nil {
+		if err := s.mirrors(); err != nil {
+			return nil, fmt.Errorf("regional: %w", err)
+		}
+	}
 	return s, nil
+}
+
+// mirrors sets up the mirrors of the policy and the budgets into the view.
+// A record that fails to decode is logged and counted
+// (allot_state_decode_errors_total, in the registry without a region
+// label: a coordinator of the same process shares the counter); the pod
+// keeps the last good policy, and a tenant whose budget record does not
+// decode keeps its last good one (or, after a resync, the policy's).
+func (s *Service) mirrors() error {
+	mcfg := func(what string) state.MirrorConfig {
+		c := state.DefaultMirrorConfig()
+		c.Registerer = s.cfg.Registerer
+		c.OnResync = func(err error) { s.log.Warn("etcd "+what+" resync", "err", err) }
+		c.OnDecodeError = func(e *state.DecodeError) {
+			s.log.Warn("etcd record does not decode: ignored", "kind", e.Kind, "key", e.Key, "revision", e.Rev, "err", e.Err)
+		}
+		return c
+	}
+	var err error
+	if s.policy, err = state.NewPolicyMirror(s.store, policyMirror{s.view}, mcfg("policy")); err != nil {
+		return err
+	}
+	s.budgets, err = state.NewBudgetMirror(s.store, budgetMirror{s.view}, mcfg("budgets"))
+	return err
 }
 
 // Pod returns the pod's name.
@@ -180,15 +212,8 @@ func (s *Service) Run(ctx context.Context) error {
 		g.Go(func() error { return s.leases.Run(ctx) })
 		return g.Wait()
 	}
-	logErr := func(what string) func(error) {
-		return func(err error) { s.log.Warn("etcd "+what+" resync", "err", err) }
-	}
-	g.Go(func() error {
-		return ignoreCtx(state.Mirror(ctx, s.cfg.Etcd, s.store.PolicyKey(), policyMirror{s.view}, 0, logErr("policy")))
-	})
-	g.Go(func() error {
-		return ignoreCtx(state.Mirror(ctx, s.cfg.Etcd, s.store.BudgetsPrefix(), budgetMirror{s.view}, 0, logErr("budgets")))
-	})
+	g.Go(func() error { return ignoreCtx(s.policy.Run(ctx)) })
+	g.Go(func() error { return ignoreCtx(s.budgets.Run(ctx)) })
 	g.Go(func() error { return ignoreCtx(s.local.Run(ctx)) })
 	g.Go(func() error { return s.report(ctx) })
 	g.Go(func() error { s.warmUp(ctx); return nil })

@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
-
 	"github.com/allot-dev/allot/gcra"
 	"github.com/allot-dev/allot/gcra/keys"
 	"github.com/allot-dev/allot/internal/state"
@@ -24,7 +22,6 @@ import (
 // reporters take the write lock.
 type view struct {
 	region string
-	store  *state.Store
 	drift  time.Duration
 
 	mu            sync.RWMutex
@@ -86,10 +83,9 @@ type limitCache struct {
 	counters atomic.Pointer[limitCounters]
 }
 
-func newView(region string, store *state.Store, drift time.Duration) *view {
+func newView(region string, drift time.Duration) *view {
 	return &view{
 		region:  region,
-		store:   store,
 		drift:   drift,
 		budgets: map[string]*state.BudgetRecord{},
 	}
@@ -407,25 +403,11 @@ func (v *view) grantsOldest() time.Time {
 	return at
 }
 
-// policyMirror feeds the current-policy key.
+// policyMirror takes the current policy from a state.PolicyMirror.
 type policyMirror struct{ v *view }
 
-func (m policyMirror) Reset(kvs []*mvccpb.KeyValue, _ int64) {
-	for _, kv := range kvs {
-		if string(kv.Key) == m.v.store.PolicyKey() {
-			m.Put(kv)
-		}
-	}
-}
-
-func (m policyMirror) Put(kv *mvccpb.KeyValue) {
-	if string(kv.Key) != m.v.store.PolicyKey() {
-		return
-	}
-	pv, doc, err := state.DecodePolicy(kv.Value)
-	if err != nil {
-		return // keep enforcing the last good policy
-	}
+// SetPolicy implements state.PolicyHandler.
+func (m policyMirror) SetPolicy(pv state.PolicyVersion, doc *policy.Document, _ int64) {
 	v := m.v
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -435,18 +417,15 @@ func (m policyMirror) Put(kv *mvccpb.KeyValue) {
 	v.gen.Add(1)
 }
 
-func (m policyMirror) Delete([]byte) {}
-
-// budgetMirror feeds the budget records.
+// budgetMirror takes the budget records from a state.BudgetMirror.
 type budgetMirror struct{ v *view }
 
-func (m budgetMirror) Reset(kvs []*mvccpb.KeyValue, _ int64) {
+// ResetBudgets implements state.BudgetHandler.
+func (m budgetMirror) ResetBudgets(recs map[string]state.BudgetRecord, _ int64) {
 	v := m.v
-	next := make(map[string]*state.BudgetRecord, len(kvs))
-	for _, kv := range kvs {
-		if rec, err := state.DecodeBudget(kv.Value); err == nil {
-			next[rec.Tenant] = &rec
-		}
+	next := make(map[string]*state.BudgetRecord, len(recs))
+	for t, rec := range recs {
+		next[t] = &rec
 	}
 	v.mu.Lock()
 	v.budgets = next
@@ -455,11 +434,8 @@ func (m budgetMirror) Reset(kvs []*mvccpb.KeyValue, _ int64) {
 	v.gen.Add(1)
 }
 
-func (m budgetMirror) Put(kv *mvccpb.KeyValue) {
-	rec, err := state.DecodeBudget(kv.Value)
-	if err != nil {
-		return
-	}
+// PutBudget implements state.BudgetHandler.
+func (m budgetMirror) PutBudget(rec state.BudgetRecord, _ int64) {
 	m.v.mu.Lock()
 	m.v.budgets[rec.Tenant] = &rec
 	if p := m.v.podFor(rec.Tenant); p != nil {
@@ -474,13 +450,10 @@ func (m budgetMirror) Put(kv *mvccpb.KeyValue) {
 	m.v.gen.Add(1)
 }
 
-func (m budgetMirror) Delete(key []byte) {
-	t, err := m.v.store.BudgetTenant(key)
-	if err != nil {
-		return
-	}
+// DeleteBudget implements state.BudgetHandler.
+func (m budgetMirror) DeleteBudget(tenant string, _ int64) {
 	m.v.mu.Lock()
-	delete(m.v.budgets, t)
+	delete(m.v.budgets, tenant)
 	m.v.lowerFloorsLocked()
 	m.v.mu.Unlock()
 	m.v.gen.Add(1)

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -134,7 +135,11 @@ func TestAdminCLI(t *testing.T) {
 		}
 		return nil
 	})
-	golden(t, "shares_table", out)
+	// The epoch counts the leader's grant changes in the region, which
+	// depend on how its rebalances interleave with the writes above (a
+	// loaded machine gave 6 where an idle one gives 3): not part of the
+	// table's format.
+	golden(t, "shares_table", regexp.MustCompile(`(?m) +\d+$`).ReplaceAllString(out, " <epoch>"))
 }
 
 // A bad rate is rejected before any request is sent.

@@ -12,11 +12,13 @@ import (
 // MirrorHandler receives a mirrored prefix: Reset with every key under it
 // (at start, and again after the watch lost its place: compaction, a
 // cancelled watch, a reconnect that could not resume), then Put and Delete as
-// they happen, in revision order. Calls never overlap.
+// they happen, in revision order (a deleted key's ModRevision is the
+// revision that deleted it). Calls never overlap. BudgetMirror and
+// PolicyMirror are the typed handlers allot's records use.
 type MirrorHandler interface {
 	Reset(kvs []*mvccpb.KeyValue, rev int64)
 	Put(kv *mvccpb.KeyValue)
-	Delete(key []byte)
+	Delete(kv *mvccpb.KeyValue)
 }
 
 // Mirror keeps h in step with every key under prefix until ctx ends. It
@@ -61,7 +63,7 @@ func mirrorOnce(ctx context.Context, c *clientv3.Client, prefix string, h Mirror
 			case clientv3.EventTypePut:
 				h.Put(ev.Kv)
 			case clientv3.EventTypeDelete:
-				h.Delete(ev.Kv.Key)
+				h.Delete(ev.Kv)
 			}
 		}
 	}

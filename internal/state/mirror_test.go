@@ -42,10 +42,10 @@ func (r *recorder) Put(kv *mvccpb.KeyValue) {
 	r.kv[string(kv.Key)] = string(kv.Value)
 }
 
-func (r *recorder) Delete(k []byte) {
+func (r *recorder) Delete(kv *mvccpb.KeyValue) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.kv, string(k))
+	delete(r.kv, string(kv.Key))
 }
 
 func (r *recorder) get(k string) (string, int) {

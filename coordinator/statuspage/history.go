@@ -1,29 +1,24 @@
-package coordinator
+package statuspage
 
 import (
 	"fmt"
 	"html/template"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
-
-	"github.com/allot-dev/allot/shares"
 )
 
-// History sizes: the busiest historyTenants tenants, historyLen samples
-// (one per rebalance) each.
-const (
-	historyTenants = 8
-	historyLen     = 300
-)
+// historyLen is how many samples (one per rebalance) a series keeps.
+const historyLen = 300
 
-// history keeps, for the status page's chart, what each region offered,
-// admitted and was granted for the busiest tenants, one sample per
-// rebalance. Guarded by the Coordinator's mu.
+// history keeps, for the chart, what each region offered, admitted and was
+// granted for the busiest tenants, one sample per rebalance. Guarded by the
+// Page's mu.
 type history struct {
 	regions []string
-	tick    map[string][]rates // tenant → per region, this rebalance
+	tick    map[string][]rates // tenant → per region, samples not committed yet
 	series  map[string]*series
 }
 
@@ -40,26 +35,45 @@ func newHistory() *history {
 	return &history{tick: map[string][]rates{}, series: map[string]*series{}}
 }
 
-// sample takes this rebalance's rates (units per second by region, as rateOf
-// returns them) of the tenants the chart may show: the busiest, and those
-// charted already.
-func (h *history) sample(regions []string, busiest []string, rateOf func(tenant string) []shares.Usage) {
-	if !equalStrings(h.regions, regions) {
-		h.regions = append([]string(nil), regions...)
+// wanted returns the tenants whose samples the next snapshot must carry,
+// besides the busiest: those charted, and those sampled but not committed.
+func (h *history) wanted() []string {
+	out := make([]string, 0, len(h.series)+len(h.tick))
+	for t := range h.series {
+		out = append(out, t)
+	}
+	for t := range h.tick {
+		if _, ok := h.series[t]; !ok {
+			out = append(out, t)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// add takes a snapshot: the rates of the busiest tenants and of those
+// charted already, and, unless the leader learns, closes the sample.
+func (h *history) add(s Snapshot) {
+	if !slices.Equal(h.regions, s.Regions) {
+		h.regions = append([]string(nil), s.Regions...)
 		h.tick, h.series = map[string][]rates{}, map[string]*series{}
 	}
+	by := make(map[string]*Sample, len(s.Samples))
+	for i := range s.Samples {
+		by[s.Samples[i].Tenant] = &s.Samples[i]
+	}
 	take := func(t string) {
-		u := rateOf(t)
-		if len(u) != len(regions) {
+		smp := by[t]
+		if smp == nil || len(smp.Offered) != len(h.regions) || len(smp.Admitted) != len(h.regions) {
 			return
 		}
-		r := make([]rates, len(regions))
-		for i := range u {
-			r[i] = rates{offered: u[i].Offered, admitted: u[i].Admitted}
+		r := make([]rates, len(h.regions))
+		for i := range r {
+			r[i] = rates{offered: smp.Offered[i], admitted: smp.Admitted[i]}
 		}
 		h.tick[t] = r
 	}
-	for _, t := range busiest {
+	for _, t := range s.Busiest {
 		take(t)
 	}
 	for t := range h.series {
@@ -67,11 +81,14 @@ func (h *history) sample(regions []string, busiest []string, rateOf func(tenant 
 			take(t)
 		}
 	}
+	if !s.Learning {
+		h.commit(s.At, by)
+	}
 }
 
-// commit closes this rebalance's sample: the busiest tenants' rates and
-// their grants (the floor where a region holds none).
-func (h *history) commit(now time.Time, alloc *shares.Allocator, budget func(tenant string) (shares.Budget, bool)) {
+// commit closes the sample: the busiest tenants' rates and their grants
+// (the floor where a region holds none).
+func (h *history) commit(now time.Time, by map[string]*Sample) {
 	type load struct {
 		t   string
 		off float64
@@ -86,13 +103,13 @@ func (h *history) commit(now time.Time, alloc *shares.Allocator, budget func(ten
 	}
 	sort.Slice(ls, func(i, j int) bool { return ls[i].off > ls[j].off || ls[i].off == ls[j].off && ls[i].t < ls[j].t })
 	keep := map[string]bool{}
-	for i := 0; i < len(ls) && i < historyTenants; i++ {
+	for i := 0; i < len(ls) && i < ChartTenants; i++ {
 		keep[ls[i].t] = true
 	}
 	// Tenants already charted stay while there is room, so a series does
 	// not flicker in and out.
 	for t := range h.series {
-		if len(keep) >= historyTenants {
+		if len(keep) >= ChartTenants {
 			break
 		}
 		keep[t] = true
@@ -113,13 +130,8 @@ func (h *history) commit(now time.Time, alloc *shares.Allocator, budget func(ten
 		for i, r := range h.tick[t] {
 			off[i], adm[i] = r.offered, r.admitted
 		}
-		grants := alloc.Grants(t)
-		for i, reg := range h.regions {
-			if g, ok := grants[reg]; ok {
-				gr[i] = g.Rate
-			} else if b, ok := budget(t); ok {
-				gr[i], _ = shares.Floor(b, h.regions, reg)
-			}
+		if smp := by[t]; smp != nil && len(smp.Grant) == n {
+			copy(gr, smp.Grant)
 		}
 		s.at = append(s.at, now)
 		s.offered = append(s.offered, off)
@@ -201,18 +213,6 @@ func (h *history) chart(tenant string) template.HTML {
 		w-pr+10, ly, w-pr+10, ly+16, w-pr+10, ly+32)
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String()) //nolint:gosec // built from numbers and escaped names only
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // niceCeil rounds v up to 1, 2 or 5 times a power of ten.
