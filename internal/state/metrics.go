@@ -1,10 +1,11 @@
 package state
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/allot-dev/allot/internal/promreg"
 )
 
 // decodeErrors returns kind's child of allot_state_decode_errors_total
@@ -19,16 +20,9 @@ func decodeErrors(reg prometheus.Registerer, kind string) (prometheus.Counter, e
 		Name: "allot_state_decode_errors_total",
 		Help: "Records mirrored from etcd that failed to decode, by kind (budget: left out; policy: the last good one stays in force). The other records are mirrored as usual.",
 	}, []string{"kind"})
-	if err := reg.Register(v); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if !errors.As(err, &are) {
-			return nil, fmt.Errorf("mirror config: Registerer: %w", err)
-		}
-		ex, ok := are.ExistingCollector.(*prometheus.CounterVec)
-		if !ok {
-			return nil, fmt.Errorf("mirror config: Registerer: allot_state_decode_errors_total is registered as a %T", are.ExistingCollector)
-		}
-		v = ex
+	v, err := promreg.Register(reg, v)
+	if err != nil {
+		return nil, fmt.Errorf("mirror config: Registerer: %w", err)
 	}
 	for _, k := range []string{KindBudget, KindPolicy} {
 		v.WithLabelValues(k)
