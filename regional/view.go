@@ -336,12 +336,13 @@ func (v *view) apply(shard int, a shares.Answer, now time.Time, fn func(*shares.
 		// (A learning answer's entries only lower held floors.)
 		v.grantsAt[shard] = now
 	}
-	if a.Full && !a.Learning {
+	if a.Full && !a.Learning && a.Epoch > 0 {
 		// The leader pushes a pod only the changes since the epoch it last
 		// *reported*, and none to a pod that reported none of this term
 		// (its first report, or one of an older term): say at once which
 		// epoch it holds now, or the region's steps reach it only with its
-		// next periodic report.
+		// next periodic report. (Epoch 0 would be answered in full again:
+		// nothing to say.)
 		shrunk = true
 	}
 	if shrunk {
