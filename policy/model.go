@@ -1,5 +1,7 @@
 package policy
 
+import "strings"
+
 // Version is the only policy schema version this build reads.
 const Version = 1
 
@@ -16,6 +18,8 @@ const (
 )
 
 // RateBudget is the rate of a limit that takes the tenant's global budget.
+// A limit takes one of the tenant's named budgets with RateBudget + "." +
+// the name (e.g. budget.tokens; see BudgetOf).
 const RateBudget = "budget"
 
 // Modes of sharing a tenant's budget across regions (package shares).
@@ -86,11 +90,13 @@ type Limit struct {
 	// Match restricts the limit to requests whose descriptors have these
 	// exact values (e.g. route: /login).
 	Match map[string]string `yaml:"match,omitempty" json:"match,omitempty"`
-	// Rate is "budget" (the tenant's global budget; scope global) or N/s,
-	// N/m, N/h, N/d (24 h), N/w (168 h).
+	// Rate is "budget" (the tenant's global budget; scope global),
+	// "budget.NAME" (the tenant's named global budget NAME, from budgets:
+	// in its tier and entry; scope global), or N/s, N/m, N/h, N/d (24 h),
+	// N/w (168 h).
 	Rate string `yaml:"rate" json:"rate"`
 	// Burst is the units admissible at once from idle; not given for
-	// rate: budget (the budget's burst applies).
+	// rate: budget or budget.NAME (the budget's burst applies).
 	Burst int64 `yaml:"burst,omitempty" json:"burst,omitempty"`
 	// Scope is global or regional (default: global for rate: budget,
 	// regional otherwise).
@@ -125,14 +131,34 @@ type Override struct {
 
 // Tier is a class of tenants.
 type Tier struct {
-	Budget Budget              `yaml:"budget" json:"budget"`
-	Limits map[string]Override `yaml:"limits,omitempty" json:"limits,omitempty"`
+	Budget Budget `yaml:"budget" json:"budget"`
+	// Budgets are the tier's named global budgets (e.g. tokens: {rate:
+	// 200000/m, burst: 50000}), each shared across regions on its own and
+	// taken by limits with rate: budget.NAME. Every tier defines every
+	// name a limit takes.
+	Budgets map[string]Budget   `yaml:"budgets,omitempty" json:"budgets,omitempty"`
+	Limits  map[string]Override `yaml:"limits,omitempty" json:"limits,omitempty"`
 }
 
 // Tenant overrides its tier.
 type Tenant struct {
-	Tier   string              `yaml:"tier,omitempty" json:"tier,omitempty"`
-	Budget Budget              `yaml:"budget,omitempty" json:"budget,omitempty"`
-	Shadow bool                `yaml:"shadow,omitempty" json:"shadow,omitempty"`
-	Limits map[string]Override `yaml:"limits,omitempty" json:"limits,omitempty"`
+	Tier   string `yaml:"tier,omitempty" json:"tier,omitempty"`
+	Budget Budget `yaml:"budget,omitempty" json:"budget,omitempty"`
+	// Budgets override the tier's named budgets, field by field as Budget
+	// overrides the tier's budget.
+	Budgets map[string]Budget   `yaml:"budgets,omitempty" json:"budgets,omitempty"`
+	Shadow  bool                `yaml:"shadow,omitempty" json:"shadow,omitempty"`
+	Limits  map[string]Override `yaml:"limits,omitempty" json:"limits,omitempty"`
+}
+
+// BudgetOf reports whether a limit's rate takes a budget, and which: "" for
+// rate: budget (the tenant's budget), NAME for rate: budget.NAME.
+func BudgetOf(rate string) (name string, ok bool) {
+	if rate == RateBudget {
+		return "", true
+	}
+	if n, found := strings.CutPrefix(rate, RateBudget+"."); found && n != "" {
+		return n, true
+	}
+	return "", false
 }

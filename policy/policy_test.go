@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -306,6 +307,98 @@ tiers:
 			t.Errorf("%s: %v", c.charges, err)
 		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
 			t.Errorf("%s: %v, want an error with %q", c.charges, err, c.err)
+		}
+	}
+}
+
+// Named budgets: each limit takes its own, tiers define every one that a
+// limit takes, tenants override them field by field.
+func TestNamedBudgets(t *testing.T) {
+	const base = `version: 1
+regions: [us-east, eu-west]
+default_tier: llm
+limits:
+  - name: requests
+    descriptors: [tenant]
+    rate: budget
+  - name: tokens
+    descriptors: [tenant]
+    rate: budget.tokens
+  - name: tokens-daily
+    descriptors: [tenant]
+    rate: budget.tokens-daily
+tiers:
+  llm:
+    budget: {rate: 100/s, burst: 20}
+    budgets:
+      tokens: {rate: 200000/m, burst: 50000}
+      tokens-daily: {rate: 5000000/d, burst: 5000000, mode: pinned, home: us-east}
+tenants:
+  t42:
+    budgets:
+      tokens: {rate: 600000/m}
+`
+	doc, err := Parse([]byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := doc.BudgetNames(); !slices.Equal(got, []string{"tokens", "tokens-daily"}) {
+		t.Errorf("BudgetNames = %v", got)
+	}
+	r := doc.Resolve("t42")
+	want := map[string]struct {
+		budget string
+		rate   gcra.Rate
+		burst  int64
+	}{
+		"requests":     {"", gcra.PerSecond(100), 20},
+		"tokens":       {"tokens", gcra.PerMinute(600000), 50000},
+		"tokens-daily": {"tokens-daily", gcra.PerDay(5000000), 5000000},
+	}
+	for _, l := range r.Limits {
+		w := want[l.Name]
+		if !l.FromBudget || !l.Global || l.Budget != w.budget || l.Rate != w.rate || l.Burst != w.burst {
+			t.Errorf("%s resolved as %+v, want budget %q %v burst %d", l.Name, l, w.budget, w.rate, w.burst)
+		}
+	}
+	if b, ok := doc.NamedBudget("t42", "tokens-daily", nil); !ok || b.Mode != ModePinned || b.Home != "us-east" || b.FloorFraction != 0 {
+		t.Errorf("NamedBudget(t42, tokens-daily) = %+v, %v", b, ok)
+	}
+	if b, ok := doc.NamedBudget("other", "tokens", nil); !ok || b.Rate != gcra.PerMinute(200000) || b.Mode != ModeRebalanced {
+		t.Errorf("NamedBudget(other, tokens) = %+v, %v: want the tier's", b, ok)
+	}
+	if b, ok := doc.NamedBudget("t42", "tokens", &Budget{Rate: "10/s", Burst: 5}); !ok || b.Rate != gcra.PerSecond(10) || b.Burst != 5 {
+		t.Errorf("NamedBudget with an override = %+v, %v", b, ok)
+	}
+	if _, ok := doc.NamedBudget("t42", "nope", nil); ok {
+		t.Error("NamedBudget of a name no limit takes: ok")
+	}
+	if b, ok := doc.NamedBudget("t42", "", nil); !ok || b.Rate != gcra.PerSecond(100) {
+		t.Errorf(`NamedBudget(t42, "") = %+v, %v: want the tenant's budget`, b, ok)
+	}
+
+	for _, c := range []struct{ name, from, to, err string }{
+		{"a tier without a budget a limit takes", "      tokens: {rate: 200000/m, burst: 50000}\n", "",
+			"tiers.llm.budgets.tokens: missing: limits[1] (tokens) takes budget.tokens"},
+		{"a budget no limit takes", "    budgets:\n", "    budgets:\n      images: {rate: 5/s, burst: 5}\n",
+			"tiers.llm.budgets.images: no limit takes budget.images"},
+		{"a tenant's budget no limit takes", "      tokens: {rate: 600000/m}\n", "      tokens: {rate: 600000/m}\n      imgs: {rate: 1/s}\n",
+			"tenants.t42.budgets.imgs: no limit takes budget.imgs"},
+		{"a name with a dot", "rate: budget.tokens-daily", "rate: budget.tokens.daily", `limits[2].rate: "budget.tokens.daily"`},
+		{"budget without a name", "rate: budget.tokens-daily", "rate: budget.", `limits[2].rate: "budget."`},
+		{"burst with a named budget", "    rate: budget.tokens\n", "    rate: budget.tokens\n    burst: 5\n", "limits[1].burst: must not be set"},
+		{"override of a named budget limit", "tenants:\n  t42:\n", "tenants:\n  t42:\n    limits:\n      tokens: {rate: 5/s}\n",
+			"set budgets.tokens.rate and budgets.tokens.burst instead"},
+		{"a tier's named budget without a burst", "tokens: {rate: 200000/m, burst: 50000}", "tokens: {rate: 200000/m}", "tiers.llm.budgets.tokens.burst: missing"},
+		{"a bad mode", "mode: pinned, home: us-east", "mode: pinned", "tiers.llm.budgets.tokens-daily.home: missing"},
+		{"a bad tenant rate", "tokens: {rate: 600000/m}", "tokens: {rate: lots}", "tenants.t42.budgets.tokens.rate"},
+	} {
+		if !strings.Contains(base, c.from) {
+			t.Fatalf("%s: %q not in the base policy", c.name, c.from)
+		}
+		_, err := Parse([]byte(strings.Replace(base, c.from, c.to, 1)))
+		if err == nil || !strings.Contains(err.Error(), c.err) {
+			t.Errorf("%s: %v, want an error with %q", c.name, err, c.err)
 		}
 	}
 }

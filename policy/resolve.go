@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"slices"
+
 	"github.com/allot-dev/allot/gcra"
 	"github.com/allot-dev/allot/shares"
 )
@@ -20,9 +22,13 @@ type ResolvedLimit struct {
 	Name        string
 	Descriptors []string
 	Match       map[string]string
-	// FromBudget: the limit enforces the tenant's budget, split across
-	// regions (the region's grant); Rate and Burst are the global budget.
+	// FromBudget: the limit enforces one of the tenant's budgets, split
+	// across regions (the region's grant); Rate and Burst are the global
+	// budget's.
 	FromBudget bool
+	// Budget names the budget a FromBudget limit takes: "" for the
+	// tenant's budget (rate: budget), NAME for rate: budget.NAME.
+	Budget string
 	// Global is true for limits split across regions.
 	Global bool
 	Rate   gcra.Rate
@@ -62,7 +68,10 @@ type Resolved struct {
 	// set through the admin API (which Resolve does not see).
 	UnknownDenied bool
 	Budget        ResolvedBudget
-	Limits        []ResolvedLimit
+	// Budgets are the tenant's named budgets, by name (nil when the policy
+	// has none).
+	Budgets map[string]ResolvedBudget
+	Limits  []ResolvedLimit
 }
 
 // Resolve returns the effective budget and limits of tenant: the limit's
@@ -77,13 +86,21 @@ func (d *Document) Resolve(tenant string) Resolved {
 	tier := d.Tiers[tierName]
 	res := Resolved{Tenant: tenant, Tier: tierName, Known: known, Budget: d.resolveBudget(tier.Budget, t.Budget)}
 	res.UnknownDenied = !known && d.UnknownTenants == UnknownDeny
+	for name, tb := range tier.Budgets {
+		if res.Budgets == nil {
+			res.Budgets = make(map[string]ResolvedBudget, len(tier.Budgets))
+		}
+		res.Budgets[name] = d.resolveBudget(tb, t.Budgets[name])
+	}
 	res.Limits = make([]ResolvedLimit, 0, len(d.Limits))
 	for _, l := range d.Limits {
+		bname, fromBudget := BudgetOf(l.Rate)
 		rl := ResolvedLimit{
 			Name:        l.Name,
 			Descriptors: l.Descriptors,
 			Match:       l.Match,
-			FromBudget:  l.Rate == RateBudget,
+			FromBudget:  fromBudget,
+			Budget:      bname,
 			FailClosed:  l.OnFailure == FailClosed,
 			Lease:       l.Lease,
 			Shadow:      l.Shadow,
@@ -92,9 +109,13 @@ func (d *Document) Resolve(tenant string) Resolved {
 		if l.FallbackRate != "" {
 			rl.FallbackRate = mustRate(l.FallbackRate)
 		}
-		if rl.FromBudget {
+		switch {
+		case rl.FromBudget && bname == "":
 			rl.Rate, rl.Burst = res.Budget.Rate, res.Budget.Burst
-		} else {
+		case rl.FromBudget:
+			b := res.Budgets[bname]
+			rl.Rate, rl.Burst = b.Rate, b.Burst
+		default:
 			rl.Rate, rl.Burst = mustRate(l.Rate), l.Burst
 		}
 		for _, ov := range []map[string]Override{tier.Limits, t.Limits} {
@@ -170,6 +191,42 @@ func (d *Document) TenantBudget(tenant string, override *Budget) ResolvedBudget 
 		tierName = d.DefaultTier
 	}
 	return d.resolveBudget(d.Tiers[tierName].Budget, t.Budget)
+}
+
+// NamedBudget is TenantBudget for the tenant's budget name ("" is the
+// tenant's budget): its tier's budgets[name] under its entry's, or override
+// whole when not nil. ok is false when the tenant's tier has no budget of
+// that name (no limit of the policy takes it).
+func (d *Document) NamedBudget(tenant, name string, override *Budget) (ResolvedBudget, bool) {
+	if name == "" {
+		return d.TenantBudget(tenant, override), true
+	}
+	t := d.Tenants[tenant]
+	tierName := t.Tier
+	if tierName == "" {
+		tierName = d.DefaultTier
+	}
+	tb, ok := d.Tiers[tierName].Budgets[name]
+	if !ok {
+		return ResolvedBudget{}, false
+	}
+	if override != nil {
+		return d.resolveBudget(*override, Budget{}), true
+	}
+	return d.resolveBudget(tb, t.Budgets[name]), true
+}
+
+// BudgetNames returns the names of the named budgets the policy's limits
+// take (rate: budget.NAME), sorted; not "" (the tenant's budget).
+func (d *Document) BudgetNames() []string {
+	var out []string
+	for _, l := range d.Limits {
+		if n, ok := BudgetOf(l.Rate); ok && n != "" && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Shares returns the budget as package shares takes it.

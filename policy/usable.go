@@ -81,6 +81,15 @@ func (d *Document) checkTierUsable(c *collector, p string, t Tier, limits map[st
 	if len(c.errs) == n {
 		d.checkShares(c, p+".budget", b, u)
 	}
+	for _, name := range sortedKeys(t.Budgets) {
+		b := d.resolveBudget(t.Budgets[name], Budget{})
+		bp := p + ".budgets." + name
+		n := len(c.errs)
+		checkWindow(c, bp, b.Rate, b.Burst, true)
+		if len(c.errs) == n {
+			d.checkShares(c, bp, b, u)
+		}
+	}
 	for _, name := range sortedKeys(t.Limits) {
 		li := limits[name]
 		o := t.Limits[name]
@@ -112,6 +121,22 @@ func (d *Document) checkTenantUsable(c *collector, p string, t Tenant, limits ma
 		}
 		if len(c.errs) == n {
 			d.checkShares(c, p+".budget", b, u)
+		}
+	}
+	for _, name := range sortedKeys(t.Budgets) {
+		tb, ok := tier.Budgets[name]
+		o := t.Budgets[name]
+		if !ok || (o.Rate == "" && o.Burst == 0 && o.Mode == "") {
+			continue
+		}
+		b := d.resolveBudget(tb, o)
+		bp := p + ".budgets." + name
+		n := len(c.errs)
+		if o.Rate != "" || o.Burst != 0 {
+			checkWindow(c, bp, b.Rate, b.Burst, o.Burst != 0)
+		}
+		if len(c.errs) == n {
+			d.checkShares(c, bp, b, u)
 		}
 	}
 	for _, name := range sortedKeys(t.Limits) {

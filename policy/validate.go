@@ -15,6 +15,9 @@ import (
 var (
 	nameRE       = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
 	descriptorRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
+	// budgetNameRE: no '.', which would make budget.a.b ambiguous, nor '/',
+	// which joins a tenant and a budget name in the coordinator's IDs.
+	budgetNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 )
 
 // Validate checks the whole document and returns every problem found, each
@@ -45,6 +48,15 @@ func (d *Document) validate(lines map[string]int) error {
 			d.UnknownTenants, UnknownAllow, UnknownDeny)
 	}
 	limits := d.validateLimits(c)
+	takenBy := map[string]string{} // budget name → the first limit that takes it
+	for i, l := range d.Limits {
+		if bn, ok := BudgetOf(l.Rate); ok && bn != "" && budgetNameRE.MatchString(bn) {
+			if _, seen := takenBy[bn]; !seen {
+				takenBy[bn] = fmt.Sprintf("limits[%d] (%s)", i, l.Name)
+			}
+		}
+	}
+	taken := sortedKeys(takenBy)
 	if ch := d.Charges; ch != nil {
 		switch {
 		case ch.Key == "" || ch.Value == "":
@@ -73,6 +85,12 @@ func (d *Document) validate(lines map[string]int) error {
 			c.addf(p, "tier name %q: want lowercase letters, digits, '.', '_' or '-'", name)
 		}
 		validateBudget(c, p+".budget", t.Budget, regions, true)
+		for _, bn := range taken {
+			if _, ok := t.Budgets[bn]; !ok {
+				c.addf(p+".budgets."+bn, "missing: %s takes budget.%s: every tier defines it, e.g. {rate: 200000/m, burst: 50000}", takenBy[bn], bn)
+			}
+		}
+		validateNamedBudgets(c, p+".budgets", t.Budgets, takenBy, regions, true)
 		validateOverrides(c, p+".limits", t.Limits, limits)
 		u.tiers[name] = len(c.errs) == n
 		if u.tiers[name] {
@@ -96,6 +114,7 @@ func (d *Document) validate(lines map[string]int) error {
 			c.addf(p+".tier", "%q is not a tier (tiers: %s)", t.Tier, strings.Join(sortedKeys(d.Tiers), ", "))
 		}
 		validateBudget(c, p+".budget", t.Budget, regions, false)
+		validateNamedBudgets(c, p+".budgets", t.Budgets, takenBy, regions, false)
 		validateOverrides(c, p+".limits", t.Limits, limits)
 		if len(c.errs) == n {
 			d.checkTenantUsable(c, p, t, limits, u)
@@ -124,7 +143,8 @@ func (d *Document) validateRegions(c *collector) map[string]bool {
 
 // limitInfo is what overrides need to know of a limit.
 type limitInfo struct {
-	budget bool
+	budget     bool
+	budgetName string // the budget a budget limit takes ("": the tenant's)
 	// valid: the limit has no error of its own; rate and burst are its
 	// parsed rate and burst (fixed-rate limits).
 	valid bool
@@ -153,10 +173,14 @@ func (d *Document) validateLimits(c *collector) map[string]limitInfo {
 			}
 		}
 		validateDescriptors(c, p, l)
-		budget := l.Rate == RateBudget
+		bname, budget := BudgetOf(l.Rate)
 		switch {
 		case l.Rate == "":
-			c.addf(p+".rate", "missing: want %q or a rate such as 50/s", RateBudget)
+			c.addf(p+".rate", "missing: want %q, %q or a rate such as 50/s", RateBudget, RateBudget+".NAME")
+		case budget && bname != "" && !budgetNameRE.MatchString(bname):
+			c.addf(p+".rate", "%q: budget name %q: want lowercase letters, digits, '_' or '-' (no '.')", l.Rate, bname)
+		case !budget && strings.HasPrefix(l.Rate, RateBudget):
+			c.addf(p+".rate", "%q: want %q or %q, naming one of the tiers' budgets", l.Rate, RateBudget, RateBudget+".NAME")
 		case !budget:
 			validateRate(c, p+".rate", l.Rate)
 		}
@@ -200,7 +224,7 @@ func (d *Document) validateLimits(c *collector) map[string]limitInfo {
 		case l.Lease > 0 && !budget && l.Burst >= 1 && l.Lease > l.Burst:
 			c.addf(p+".lease", "%d exceeds the burst %d: a lease larger than the burst can never be granted", l.Lease, l.Burst)
 		}
-		info := limitInfo{budget: budget, valid: len(c.errs) == n}
+		info := limitInfo{budget: budget, budgetName: bname, valid: len(c.errs) == n}
 		if info.valid && !budget {
 			info.rate, info.burst = mustRate(l.Rate), l.Burst
 			checkWindow(c, p, info.rate, info.burst, true)
@@ -295,6 +319,24 @@ func validateBudget(c *collector, p string, b Budget, regions map[string]bool, r
 	}
 }
 
+// validateNamedBudgets checks a tier's or a tenant's budgets (at p): each a
+// name some limit takes (takenBy), each a valid budget (rate and burst
+// required in tiers).
+func validateNamedBudgets(c *collector, p string, bs map[string]Budget, takenBy map[string]string, regions map[string]bool, required bool) {
+	for _, name := range sortedKeys(bs) {
+		bp := p + "." + name
+		switch {
+		case !budgetNameRE.MatchString(name):
+			c.addf(bp, "budget name %q: want lowercase letters, digits, '_' or '-' (no '.')", name)
+			continue
+		case takenBy[name] == "":
+			c.addf(bp, "no limit takes budget.%s: add a limit with rate: budget.%s, or remove it", name, name)
+			continue
+		}
+		validateBudget(c, bp, bs[name], regions, required)
+	}
+}
+
 func validateOverrides(c *collector, p string, ov map[string]Override, limits map[string]limitInfo) {
 	for _, name := range sortedKeys(ov) {
 		o := ov[name]
@@ -305,7 +347,11 @@ func validateOverrides(c *collector, p string, ov map[string]Override, limits ma
 			continue
 		}
 		if li.budget && (o.Rate != "" || o.Burst != 0) {
-			c.addf(op, "limit %q takes the tenant's budget: set budget.rate and budget.burst instead", name)
+			field := "budget"
+			if li.budgetName != "" {
+				field = "budgets." + li.budgetName
+			}
+			c.addf(op, "limit %q takes the tenant's budget: set %s.rate and %s.burst instead", name, field, field)
 			continue
 		}
 		if o.Rate != "" {

@@ -181,6 +181,7 @@ type tenantState struct {
 	rate   float64   // R at the last rebalance, for DemandCap; 0 until known
 	budget Budget    // its budget in that rebalance (its own, or the default)
 	own    bool      // budget is the tenant's own (see setBudgets)
+	class  int32     // budget class: its cold floors (see classOf)
 	// noted is the budget the allocator last saw the tenant under; pfUntil
 	// ends the slots' pfR, pfB (see note).
 	noted   Budget
@@ -206,10 +207,9 @@ type regionState struct {
 	// grant of a tenant with a pending grow (0: none): an acknowledgement
 	// of it makes Grow worth running.
 	unblock uint64
-	// coldR, coldB: the largest cold floor the region's pods may hold (see
-	// SetCold); curColdR, curColdB the one set last.
-	coldR, curColdR float64
-	coldB, curColdB int64
+	// cold holds, per budget class (see Allocator.classOf; class 0 is the
+	// tenants' budgets), the cold floor the region's pods may hold.
+	cold []coldFloor
 	// forgotten: a pod that applied less than this epoch may hold a grant
 	// of a tenant the leader has forgotten, which no delta drops: it gets
 	// a full answer.
@@ -217,6 +217,40 @@ type regionState struct {
 	// legacy: some pod that reported floors of an older term has not
 	// applied this term's grants yet (see Legacy).
 	legacy bool
+}
+
+// coldFloor is one class's cold floor in one region: r, b the largest the
+// region's pods may hold (see SetCold), curR, curB the one set last.
+type coldFloor struct {
+	r, curR float64
+	b, curB int64
+}
+
+// coldOf returns region i's cold floor for tenant k's class.
+func (a *Allocator) coldOf(i, k int) *coldFloor {
+	c := &a.regs[i].cold
+	if cl := int(a.tenants[k].class); cl < len(*c) {
+		return &(*c)[cl]
+	}
+	return &noCold
+}
+
+// noCold is the cold floor of a class no SetCold named: none.
+var noCold coldFloor
+
+// classOf returns the budget class of a budget ID: 0 for a tenant's budget,
+// else the index of its budget name (see BudgetID), assigned on first sight.
+func (a *Allocator) classOf(id string) int32 {
+	_, name := SplitBudgetID(id)
+	if name == "" {
+		return 0
+	}
+	if cl, ok := a.classes[name]; ok {
+		return cl
+	}
+	cl := int32(len(a.classes) + 1)
+	a.classes[name] = cl
+	return cl
 }
 
 // Legacy records that a pod of region, still holding grants of an older
@@ -244,12 +278,27 @@ func (a *Allocator) SetLegacyOpen(region string, open bool) {
 // hold no grant of, while their lease is valid: the leader counts it in the
 // region's ceiling of every tenant until the tenant's first grant there is
 // acknowledged. The recorded value only grows within an allocator's life.
-func (a *Allocator) SetCold(region string, c Ceiling) {
-	if i, ok := a.regIdx[region]; ok {
-		reg := &a.regs[i]
-		reg.coldR, reg.coldB = max(reg.coldR, c.Rate), max(reg.coldB, c.Burst)
-		reg.curColdR, reg.curColdB = c.Rate, c.Burst
+func (a *Allocator) SetCold(region string, c Ceiling) { a.SetColdOf(region, "", c) }
+
+// SetColdOf is SetCold for the named budgets of that name (BudgetID): what
+// pods of region may enforce for a named budget they hold no grant of.
+// name "" is SetCold.
+func (a *Allocator) SetColdOf(region, name string, c Ceiling) {
+	i, ok := a.regIdx[region]
+	if !ok {
+		return
 	}
+	cl := 0
+	if name != "" {
+		cl = int(a.classOf(BudgetID("x", name)))
+	}
+	reg := &a.regs[i]
+	for len(reg.cold) <= cl {
+		reg.cold = append(reg.cold, coldFloor{})
+	}
+	f := &reg.cold[cl]
+	f.r, f.b = max(f.r, c.Rate), max(f.b, c.Burst)
+	f.curR, f.curB = c.Rate, c.Burst
 }
 
 // Allocator is the leader's state: demand estimates, grants with epochs,
@@ -261,9 +310,10 @@ type Allocator struct {
 	regs    []regionState
 	tenants []tenantState
 	tIdx    map[string]int
-	slots   []slot  // len(tenants)·n, tenant k's at [k·n, (k+1)·n)
-	lnUp    float64 // ln(1 − AlphaUp)
-	lnDown  float64 // ln(1 − AlphaDown)
+	classes map[string]int32 // budget name → class (see classOf)
+	slots   []slot           // len(tenants)·n, tenant k's at [k·n, (k+1)·n)
+	lnUp    float64          // ln(1 − AlphaUp)
+	lnDown  float64          // ln(1 − AlphaDown)
 
 	// per-rebalance scratch, len n each
 	live                 []bool
@@ -303,25 +353,26 @@ func NewAllocator(cfg Config) (*Allocator, error) {
 	cfg = cfg.clone()
 	n := len(cfg.Regions)
 	a := &Allocator{
-		cfg:    cfg,
-		n:      n,
-		regIdx: make(map[string]int, n),
-		regs:   make([]regionState, n),
-		tIdx:   make(map[string]int),
-		live:   make([]bool, n),
-		act:    make([]action, n),
-		fr:     make([]float64, n),
-		want:   make([]float64, n),
-		tr:     make([]float64, n),
-		ut:     make([]float64, n),
-		cr:     make([]float64, n),
-		band:   make([]float64, n),
-		curR:   make([]float64, n),
-		fb:     make([]int64, n),
-		tb:     make([]int64, n),
-		cb:     make([]int64, n),
-		curB:   make([]int64, n),
-		rem:    make([]float64, n),
+		cfg:     cfg,
+		n:       n,
+		regIdx:  make(map[string]int, n),
+		regs:    make([]regionState, n),
+		tIdx:    make(map[string]int),
+		classes: make(map[string]int32),
+		live:    make([]bool, n),
+		act:     make([]action, n),
+		fr:      make([]float64, n),
+		want:    make([]float64, n),
+		tr:      make([]float64, n),
+		ut:      make([]float64, n),
+		cr:      make([]float64, n),
+		band:    make([]float64, n),
+		curR:    make([]float64, n),
+		fb:      make([]int64, n),
+		tb:      make([]int64, n),
+		cb:      make([]int64, n),
+		curB:    make([]int64, n),
+		rem:     make([]float64, n),
 	}
 	for i, r := range cfg.Regions {
 		a.regIdx[r] = i
@@ -352,13 +403,13 @@ func (a *Allocator) tenant(name string) int {
 	if m := len(a.free); m > 0 {
 		k := int(a.free[m-1])
 		a.free = a.free[:m-1]
-		a.tenants[k] = tenantState{name: name, born: a.frees}
+		a.tenants[k] = tenantState{name: name, born: a.frees, class: a.classOf(name)}
 		clear(a.slots[k*a.n : (k+1)*a.n])
 		a.tIdx[name] = k
 		return k
 	}
 	k := len(a.tenants)
-	a.tenants = append(a.tenants, tenantState{name: name, born: a.frees})
+	a.tenants = append(a.tenants, tenantState{name: name, born: a.frees, class: a.classOf(name)})
 	a.tIdx[name] = k
 	for range a.n {
 		a.slots = append(a.slots, slot{})
@@ -665,7 +716,7 @@ func (a *Allocator) setBudgets(budgets map[string]Budget) {
 // other one under deflt unless deflt is nil or idle (when not nil) says the
 // tenant is idle. With retire, those others are forgotten (see retire);
 // without, they are left as they are.
-func (a *Allocator) rebalance(now time.Time, deflt *Budget, idle func(k int) bool, retire bool) []Change {
+func (a *Allocator) rebalance(now time.Time, deflts []*Budget, idle func(k int) bool, retire bool) []Change {
 	a.now = now
 	a.markLive(now, true)
 	a.growable = false
@@ -682,6 +733,7 @@ func (a *Allocator) rebalance(now time.Time, deflt *Budget, idle func(k int) boo
 	a.freed, a.freedIdx = a.freed[:0], a.freedIdx[:0]
 	for k := range a.tenants {
 		t := &a.tenants[k]
+		deflt := classDefault(deflts, t.class)
 		switch {
 		case t.name == "":
 			continue
@@ -744,10 +796,11 @@ func (a *Allocator) retire(k int, out []Change) ([]Change, bool) {
 		switch {
 		case sl.epoch == 0:
 			ready = ready && settled
-		case sl.rate > reg.curColdR*(1+eps) || sl.burst > reg.curColdB:
+		case sl.rate > a.coldOf(i, k).curR*(1+eps) || sl.burst > a.coldOf(i, k).curB:
+			cf := a.coldOf(i, k)
 			reg.epoch++
 			sl.push(held{rate: sl.rate, burst: sl.burst, until: reg.epoch})
-			sl.rate, sl.burst = min(sl.rate, reg.curColdR), min(sl.burst, reg.curColdB)
+			sl.rate, sl.burst = min(sl.rate, cf.curR), min(sl.burst, cf.curB)
 			if sl.rate <= eps || sl.burst < 1 {
 				sl.rate, sl.burst = 0, 0
 			}
@@ -782,7 +835,7 @@ func (a *Allocator) retire(k int, out []Change) ([]Change, bool) {
 		out = append(out, Change{
 			Tenant: a.tenants[k].name, Region: a.cfg.Regions[i],
 			Grant:    Grant{Epoch: reg.epoch, Dropped: true},
-			Ceiling:  Ceiling{Rate: max(hr, reg.coldR), Burst: max(hb, reg.coldB)},
+			Ceiling:  Ceiling{Rate: max(hr, a.coldOf(i, k).r), Burst: max(hb, a.coldOf(i, k).b)},
 			MinEpoch: reg.minEpoch,
 		})
 		if a.live[i] {
@@ -812,7 +865,7 @@ func (a *Allocator) legacyOverCold(k int) bool {
 	for i := range n {
 		reg, sl := &a.regs[i], &s[i]
 		inForce := (sl.legR > 0 || sl.legB > 0) && (reg.legacy || sl.epoch == 0 || sl.first > reg.acked)
-		if inForce && (sl.legR > reg.curColdR*(1+eps) || sl.legB > reg.curColdB) {
+		if cf := a.coldOf(i, k); inForce && (sl.legR > cf.curR*(1+eps) || sl.legB > cf.curB) {
 			return true
 		}
 	}
@@ -902,11 +955,13 @@ func budgetEqual(a, b *Budget) bool {
 }
 
 // noteAll notes every tenant's budget at now without rebalancing (a leader
-// that is learning): its own, or deflt unless nil or idle.
-func (a *Allocator) noteAll(now time.Time, deflt *Budget, idle func(k int) bool) {
+// that is learning): its own, or its class's default unless nil or idle.
+func (a *Allocator) noteAll(now time.Time, deflts []*Budget, idle func(k int) bool) {
 	a.now = now
 	for k := range a.tenants {
-		switch t := &a.tenants[k]; {
+		t := &a.tenants[k]
+		deflt := classDefault(deflts, t.class)
+		switch {
 		case t.name == "":
 		case t.own:
 			a.note(k, &t.budget)
@@ -914,6 +969,15 @@ func (a *Allocator) noteAll(now time.Time, deflt *Budget, idle func(k int) bool)
 			a.note(k, deflt)
 		}
 	}
+}
+
+// classDefault is the default budget of class cl in deflts (by class), nil
+// when it has none.
+func classDefault(deflts []*Budget, cl int32) *Budget {
+	if int(cl) < len(deflts) {
+		return deflts[cl]
+	}
+	return nil
 }
 
 // action is what a rebalance does to one slot.
@@ -1014,7 +1078,8 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change, growOnly boo
 		if unacked {
 			// A leased pod lacking the tenant's first grant enforces the
 			// cold floor.
-			cr, cb = max(cr, reg.coldR), max(cb, reg.coldB)
+			cf := a.coldOf(i, k)
+			cr, cb = max(cr, cf.r), max(cb, cf.b)
 		}
 		if sl.legR > 0 || sl.legB > 0 {
 			if unacked || reg.legacy {

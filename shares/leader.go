@@ -3,6 +3,7 @@ package shares
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -185,6 +186,10 @@ type Answer struct {
 	// Cold is what the pod enforces for a tenant it holds no grant of (the
 	// smaller of it and the tenant's floor by the pod's own reading).
 	Cold Ceiling
+	// ColdNamed is Cold for named budgets (see BudgetID), by budget name:
+	// what the pod enforces for a named budget it holds no grant of. A name
+	// it lacks: nothing. The pod must not modify it.
+	ColdNamed map[string]Ceiling
 	// SharePods: while its lease is valid, the pod's fail-open limits
 	// admit at most 1/SharePods of what the region enforces. 0: the pod
 	// may not fail open.
@@ -286,6 +291,11 @@ type Leader struct {
 	lastStep, stepDue map[string]time.Time
 	stepOut           []Change // the changes the last Report made (StepChanges)
 	deflt             *Budget  // the default tier (nil: unknown tenants denied)
+	// deflts: the default budget of each budget class (see
+	// Allocator.classOf), deflt at 0; a nil one is denied.
+	deflts []*Budget
+	// namedCold: each region's cold floors of named budgets, by name.
+	namedCold []map[string]Ceiling
 	// rebalanced: the first rebalance after learning ran; until then
 	// reports are answered as in learning.
 	rebalanced bool
@@ -419,6 +429,7 @@ func (l *Leader) SetDefault(b *Budget) {
 		b = nil
 	}
 	l.deflt = b
+	l.setClassDefault(0, b)
 	for i := range l.regs {
 		var c Ceiling
 		if b != nil {
@@ -427,6 +438,69 @@ func (l *Leader) SetDefault(b *Budget) {
 		l.regs[i].cold = c
 		l.alloc.SetCold(l.regs[i].name, c)
 	}
+}
+
+// SetNamedDefault is SetDefault for the named budget name (see BudgetID):
+// the budget of a tenant's budget of that name when it has none of its own
+// (SetBudgets), nil when there is none. Its floor in each region is the
+// cold floor of budgets of that name.
+func (l *Leader) SetNamedDefault(name string, b *Budget) {
+	if name == "" {
+		l.SetDefault(b)
+		return
+	}
+	if b != nil && b.Validate(l.cfg.Regions) != nil {
+		b = nil
+	}
+	l.setClassDefault(l.alloc.classOf(BudgetID("x", name)), b)
+	if l.namedCold == nil {
+		l.namedCold = make([]map[string]Ceiling, len(l.regs))
+	}
+	for i := range l.regs {
+		var c Ceiling
+		if b != nil {
+			c.Rate, c.Burst = Floor(*b, l.cfg.Regions, l.regs[i].name)
+		}
+		// A new map: answers already handed out keep theirs.
+		m := make(map[string]Ceiling, len(l.namedCold[i])+1)
+		maps.Copy(m, l.namedCold[i])
+		if b != nil {
+			m[name] = c
+		} else {
+			delete(m, name)
+		}
+		l.namedCold[i] = m
+		l.alloc.SetColdOf(l.regs[i].name, name, c)
+	}
+}
+
+func (l *Leader) setClassDefault(cl int32, b *Budget) {
+	for int(cl) >= len(l.deflts) {
+		l.deflts = append(l.deflts, nil)
+	}
+	l.deflts[cl] = b
+}
+
+// defaultFor returns the default budget of budget ID id's class (nil: none,
+// its pods deny it).
+func (l *Leader) defaultFor(id string) *Budget {
+	_, name := SplitBudgetID(id)
+	if name == "" {
+		return l.deflt
+	}
+	cl, ok := l.alloc.classes[name]
+	if !ok {
+		return nil
+	}
+	return classDefault(l.deflts, cl)
+}
+
+// coldOf returns region i's cold floors of named budgets (nil: none).
+func (l *Leader) coldOf(i int) map[string]Ceiling {
+	if l.namedCold == nil {
+		return nil
+	}
+	return l.namedCold[i]
 }
 
 func reportErr(format string, args ...any) error {
@@ -571,7 +645,7 @@ func (l *Leader) Report(now time.Time, r PodReport) (Answer, error) {
 			}
 			rec.acked, rec.expires, rec.lastSeen, rec.live = 0, now.Add(l.cfg.Lease), now, r.LivePods
 			l.alloc.renew(i, now)
-			ans.Lease, ans.HeldTerm, ans.Epoch, ans.Cold = l.cfg.Lease, r.Term, r.Applied, reg.cold
+			ans.Lease, ans.HeldTerm, ans.Epoch, ans.Cold, ans.ColdNamed = l.cfg.Lease, r.Term, r.Applied, reg.cold, l.coldOf(i)
 			// A deposed leader may act until it notices, up to Deposed
 			// after this term started: it may give a pod's room to
 			// another region once that pod's lease lapses. So the pod
@@ -643,7 +717,7 @@ func (l *Leader) Report(now time.Time, r PodReport) (Answer, error) {
 	}
 	epoch := l.alloc.regs[i].epoch
 
-	ans := Answer{Term: l.cfg.Term, Lease: l.cfg.Lease, Epoch: epoch, Cold: reg.cold, Pods: n}
+	ans := Answer{Term: l.cfg.Term, Lease: l.cfg.Lease, Epoch: epoch, Cold: reg.cold, ColdNamed: l.coldOf(i), Pods: n}
 	if synced {
 		ans.Entries = l.delta(reg, r.Applied)
 	} else {
@@ -687,7 +761,7 @@ func (l *Leader) Push(now time.Time, region, pod string) (ans Answer, ok bool) {
 	if p == nil || !now.Before(p.expires) || p.reported == 0 || p.reported < l.alloc.regs[i].forgotten || epoch <= p.reported {
 		return Answer{}, false
 	}
-	ans = Answer{Term: l.cfg.Term, Epoch: epoch, Cold: reg.cold, Pods: l.leasedPods(reg, now), Entries: l.delta(reg, p.reported)}
+	ans = Answer{Term: l.cfg.Term, Epoch: epoch, Cold: reg.cold, ColdNamed: l.coldOf(i), Pods: l.leasedPods(reg, now), Entries: l.delta(reg, p.reported)}
 	if ack, ok := l.regionAck(reg, now); ok && ack >= reg.shareEpoch {
 		ans.SharePods = reg.shareD
 	}
@@ -814,7 +888,7 @@ func (l *Leader) accumulate(reg *leaderRegion, r PodReport, now time.Time) {
 	if len(l.newNames) > 0 {
 		sort.Strings(l.newNames)
 		for _, t := range l.newNames {
-			if _, own := l.budgets[t]; !own && l.deflt == nil {
+			if _, own := l.budgets[t]; !own && l.defaultFor(t) == nil {
 				continue // unknown tenants are denied: nothing to share
 			}
 			if l.cfg.MaxTenants > 0 && l.alloc.Tenants() >= l.cfg.MaxTenants {
@@ -919,7 +993,7 @@ func (l *Leader) join(t string) (int, bool) {
 	if k, ok := l.alloc.tIdx[t]; ok {
 		return k, true
 	}
-	if _, own := l.budgets[t]; !own && l.deflt == nil {
+	if _, own := l.budgets[t]; !own && l.defaultFor(t) == nil {
 		return 0, false
 	}
 	if l.cfg.MaxTenants > 0 && l.alloc.Tenants() >= l.cfg.MaxTenants {
@@ -1340,8 +1414,8 @@ func (l *Leader) Budget(tenant string) (Budget, bool) {
 	if b, ok := l.budgets[tenant]; ok {
 		return b, true
 	}
-	if l.deflt != nil {
-		return *l.deflt, true
+	if d := l.defaultFor(tenant); d != nil {
+		return *d, true
 	}
 	return Budget{}, false
 }
@@ -1363,7 +1437,7 @@ func (l *Leader) Rebalance(now time.Time) []Change {
 	if l.Learning(now) {
 		// Nothing is granted, but budget changes are noted: a floor one
 		// lowers counts for a while in the first grants (see note).
-		l.alloc.noteAll(now, l.deflt, idle)
+		l.alloc.noteAll(now, l.deflts, idle)
 		return nil
 	}
 	if !l.rebalanced && l.stats.EarlyEnd > 0 {
@@ -1381,7 +1455,7 @@ func (l *Leader) Rebalance(now time.Time) []Change {
 		l.alloc.noSlew = true
 	}
 	l.legacyClosed = false
-	changes := l.alloc.rebalance(now, l.deflt, idle, true)
+	changes := l.alloc.rebalance(now, l.deflts, idle, true)
 	l.alloc.noSlew = false
 	l.record(changes)
 	clear(l.stepDue) // (rebalanced with the rest)

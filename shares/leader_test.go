@@ -29,6 +29,9 @@ type rig struct {
 	// lagging pods read these budgets instead (their view of etcd is
 	// behind the leader's).
 	lagging map[string]map[string]shares.Budget
+	// named are the default budgets of named budgets (see
+	// shares.BudgetID), by name.
+	named map[string]shares.Budget
 }
 
 func newRig(t *testing.T, term uint64, regions []string, budgets map[string]shares.Budget, pods ...string) *rig {
@@ -70,7 +73,9 @@ func (r *rig) own(id string) func(string) shares.Ceiling {
 			budgets = v
 		}
 		b, ok := budgets[t]
-		if !ok {
+		if _, name := shares.SplitBudgetID(t); !ok && name != "" {
+			b = r.named[name] // (zero when it has none: no floor)
+		} else if !ok {
 			b = rigDefault // the default tier
 		}
 		fr, fb := shares.Floor(b, r.regions, r.region[id])

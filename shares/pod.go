@@ -28,6 +28,7 @@ type Pod struct {
 	leaseUntil time.Time // zero: never renewed
 	lastSent   time.Time // the report whose answer set cold and share
 	cold       Ceiling
+	coldNamed  map[string]Ceiling // by budget name (Answer.ColdNamed); not modified
 	shareD     int
 	pods       int
 	// reachedTerm, reachedEpoch: the term and epoch the pod held when a
@@ -126,6 +127,7 @@ func (p *Pod) Answered(now, sentAt time.Time, a Answer, own func(tenant string) 
 			}
 			p.renewedBy = max(p.renewedBy, a.Term)
 			p.cold = Ceiling{Rate: min(p.cold.Rate, a.Cold.Rate), Burst: min(p.cold.Burst, a.Cold.Burst)}
+			p.coldNamed = lowerCold(p.coldNamed, a.ColdNamed)
 			p.shareD = 0
 		}
 		return
@@ -186,7 +188,7 @@ func (p *Pod) Answered(now, sentAt time.Time, a Answer, own func(tenant string) 
 		p.epoch = a.Epoch
 		if !sentAt.Before(p.lastSent) {
 			p.lastSent = sentAt
-			p.cold, p.shareD, p.pods = a.Cold, a.SharePods, a.Pods
+			p.cold, p.coldNamed, p.shareD, p.pods = a.Cold, a.ColdNamed, a.SharePods, a.Pods
 		} else if newer {
 			p.shareD = a.SharePods
 		}
@@ -195,6 +197,18 @@ func (p *Pod) Answered(now, sentAt time.Time, a Answer, own func(tenant string) 
 	if until := sentAt.Add(a.Lease - p.drift); until.After(p.leaseUntil) {
 		p.leaseUntil = until
 	}
+}
+
+// lowerCold returns the smaller of two sets of named cold floors, name by
+// name (a name one lacks: none), as a new map.
+func lowerCold(held, next map[string]Ceiling) map[string]Ceiling {
+	out := make(map[string]Ceiling, len(held))
+	for name, c := range held {
+		if n, ok := next[name]; ok {
+			out[name] = Ceiling{Rate: min(c.Rate, n.Rate), Burst: min(c.Burst, n.Burst)}
+		}
+	}
+	return out
 }
 
 // Pushed applies, at now, an answer the leader pushed without a report
@@ -234,7 +248,7 @@ func (p *Pod) Removed() {
 		p.reachedTerm, p.reachedEpoch = p.term, p.epoch
 	}
 	clear(p.grants)
-	p.leaseUntil, p.cold, p.shareD = time.Time{}, Ceiling{}, 0
+	p.leaseUntil, p.cold, p.coldNamed, p.shareD = time.Time{}, Ceiling{}, nil, 0
 	p.epoch = 0
 	p.term = 0
 }
@@ -274,9 +288,14 @@ func (p *Pod) Effective(now time.Time, tenant string, own Ceiling) (rate float64
 	case ok:
 		return min(g.FloorRate, own.Rate), min(g.FloorBurst, own.Burst), false
 	case leased:
-		// A tenant the leader has not granted yet: the cold floor, which
-		// the leader counts for every leased pod lacking the tenant.
-		return min(p.cold.Rate, own.Rate), min(p.cold.Burst, own.Burst), false
+		// A tenant the leader has not granted yet: the cold floor (of the
+		// budget's name), which the leader counts for every leased pod
+		// lacking the tenant.
+		cold := p.cold
+		if _, name := SplitBudgetID(tenant); name != "" {
+			cold = p.coldNamed[name]
+		}
+		return min(cold.Rate, own.Rate), min(cold.Burst, own.Burst), false
 	}
 	return 0, 0, false
 }

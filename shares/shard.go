@@ -1,12 +1,18 @@
 package shares
 
-// ShardOf returns the coordinator shard of tenant among n shards: FNV-1a
-// (64 bit) of the tenant's name, modulo n. It is stable across processes,
-// releases and platforms, since every pod and every coordinator of a
-// cluster must place a tenant alike. n ≤ 1 gives 0.
+import "strings"
+
+// ShardOf returns the coordinator shard of a tenant, or of one of its
+// budgets (a BudgetID: the tenant's shard), among n shards: FNV-1a (64 bit)
+// of the tenant's name, modulo n. It is stable across processes, releases
+// and platforms, since every pod and every coordinator of a cluster must
+// place a tenant alike. n ≤ 1 gives 0.
 func ShardOf(tenant string, n int) int {
 	if n <= 1 {
 		return 0
+	}
+	if i := strings.IndexByte(tenant, '/'); i >= 0 {
+		tenant = tenant[:i]
 	}
 	const (
 		offset64 = 14695981039346656037
@@ -18,4 +24,24 @@ func ShardOf(tenant string, n int) int {
 		h *= prime64
 	}
 	return int(h % uint64(n))
+}
+
+// BudgetID is the ID under which the protocol shares tenant's budget name:
+// the tenant itself for its budget (name ""), tenant/name for a named budget
+// (tenant names hold no '/'). Reports, grants, the allocator and the status
+// pages key budgets by it; each is shared on its own.
+func BudgetID(tenant, name string) string {
+	if name == "" {
+		return tenant
+	}
+	return tenant + "/" + name
+}
+
+// SplitBudgetID is BudgetID's inverse: the tenant, and the budget's name
+// ("" for the tenant's budget).
+func SplitBudgetID(id string) (tenant, name string) {
+	if i := strings.IndexByte(id, '/'); i >= 0 {
+		return id[:i], id[i+1:]
+	}
+	return id, ""
 }
