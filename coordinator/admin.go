@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/allot-dev/allot/internal/state"
@@ -14,7 +15,10 @@ import (
 
 // BudgetView is a tenant budget as the admin API shows it.
 type BudgetView struct {
-	Tenant    string             `json:"tenant"`
+	Tenant string `json:"tenant"`
+	// Budget names one of the tenant's named budgets (policy budgets:
+	// NAME, taken by limits with rate: budget.NAME); "" is its budget.
+	Budget    string             `json:"budget,omitempty"`
 	Rate      string             `json:"rate"`
 	Burst     int64              `json:"burst"`
 	Mode      string             `json:"mode,omitempty"`
@@ -26,8 +30,9 @@ type BudgetView struct {
 }
 
 func budgetView(r state.BudgetRecord) BudgetView {
+	tenant, name := shares.SplitBudgetID(r.Tenant)
 	return BudgetView{
-		Tenant: r.Tenant, Rate: r.Rate, Burst: r.Burst, Mode: r.Mode, Home: r.Home,
+		Tenant: tenant, Budget: name, Rate: r.Rate, Burst: r.Burst, Mode: r.Mode, Home: r.Home,
 		Weights: r.Weights, Shadow: r.Shadow, Version: r.Version, UpdatedAt: r.UpdatedAt.Format(time.RFC3339),
 	}
 }
@@ -35,10 +40,11 @@ func budgetView(r state.BudgetRecord) BudgetView {
 // PutBudget validates and stores a tenant's budget. ifVersion: 0 any, > 0
 // only over that version, < 0 only when absent.
 func (c *Coordinator) PutBudget(ctx context.Context, b BudgetView, ifVersion int64) (BudgetView, error) {
-	if err := tenantField(b.Tenant); err != nil {
+	id, err := budgetIDField(b.Tenant, b.Budget)
+	if err != nil {
 		return BudgetView{}, err
 	}
-	rec, err := c.store.PutBudget(ctx, b.Tenant, policy.Budget{
+	rec, err := c.store.PutBudget(ctx, id, policy.Budget{
 		Rate: b.Rate, Burst: b.Burst, Mode: b.Mode, Home: b.Home, Weights: b.Weights,
 	}, b.Shadow, ifVersion)
 	if err != nil {
@@ -58,12 +64,27 @@ func tenantField(tenant string) error {
 	return err
 }
 
-// GetBudget returns a tenant's budget record.
-func (c *Coordinator) GetBudget(ctx context.Context, tenant string) (BudgetView, error) {
+// budgetIDField checks a tenant and a budget name from a request, naming
+// the field at fault, and returns the budget's ID (shares.BudgetID).
+func budgetIDField(tenant, name string) (string, error) {
 	if err := tenantField(tenant); err != nil {
+		return "", err
+	}
+	id := shares.BudgetID(tenant, name)
+	if name != "" && (strings.ContainsAny(name, "/~") || policy.ValidateBudgetID(id) != nil) {
+		return "", &policy.FieldError{Path: "budget", Msg: fmt.Sprintf("%q: want a budget name of the policy (lowercase letters, digits, '_' or '-')", name)}
+	}
+	return id, nil
+}
+
+// GetBudget returns a tenant's budget record: its budget, or with name its
+// budget of that name.
+func (c *Coordinator) GetBudget(ctx context.Context, tenant, name string) (BudgetView, error) {
+	id, err := budgetIDField(tenant, name)
+	if err != nil {
 		return BudgetView{}, err
 	}
-	rec, err := c.store.Budget(ctx, tenant)
+	rec, err := c.store.Budget(ctx, id)
 	if err != nil {
 		return BudgetView{}, err
 	}
@@ -86,13 +107,18 @@ func (c *Coordinator) ListBudgets(ctx context.Context) ([]BudgetView, error) {
 // DeleteBudget removes a tenant's budget record. A name ValidateTenant
 // refuses is refused, unless a record has it (one stored before the rule
 // was tightened), which can then still be removed.
-func (c *Coordinator) DeleteBudget(ctx context.Context, tenant string) error {
-	if err := tenantField(tenant); err != nil {
+func (c *Coordinator) DeleteBudget(ctx context.Context, tenant, name string) error {
+	id, err := budgetIDField(tenant, name)
+	if err != nil {
+		if name != "" {
+			return err
+		}
 		if _, gerr := c.store.Budget(ctx, tenant); gerr != nil {
 			return err
 		}
+		id = tenant
 	}
-	return c.store.DeleteBudget(ctx, tenant)
+	return c.store.DeleteBudget(ctx, id)
 }
 
 // RegionShare is one region's part of a tenant's budget.
@@ -110,7 +136,9 @@ type RegionShare struct {
 
 // SharesView is how a tenant's budget is split now.
 type SharesView struct {
-	Tenant  string        `json:"tenant"`
+	Tenant string `json:"tenant"`
+	// Budget names the named budget shown ("" the tenant's budget).
+	Budget  string        `json:"budget,omitempty"`
 	Rate    float64       `json:"rate"`
 	Burst   int64         `json:"burst"`
 	Mode    string        `json:"mode"`
@@ -122,10 +150,12 @@ type SharesView struct {
 	ShardLeader *LeaderInfo `json:"shard_leader,omitempty"`
 }
 
-// Shares returns how tenant's budget is split: from the leader's allocator
-// when this instance leads, otherwise from the grants in etcd.
-func (c *Coordinator) Shares(ctx context.Context, tenant string) (SharesView, error) {
-	if err := tenantField(tenant); err != nil {
+// Shares returns how tenant's budget (with name, its budget of that name)
+// is split: from the leader's allocator when this instance leads, otherwise
+// from the grants in etcd.
+func (c *Coordinator) Shares(ctx context.Context, tenant, name string) (SharesView, error) {
+	id, err := budgetIDField(tenant, name)
+	if err != nil {
 		return SharesView{}, err
 	}
 	_, doc, err := c.store.Policy(ctx)
@@ -136,14 +166,17 @@ func (c *Coordinator) Shares(ctx context.Context, tenant string) (SharesView, er
 		return SharesView{}, err
 	}
 	var over *policy.Budget
-	if rec, err := c.store.Budget(ctx, tenant); err == nil {
+	if rec, err := c.store.Budget(ctx, id); err == nil {
 		over = &rec.Budget
 	} else if !errors.Is(err, state.ErrNotFound) {
 		return SharesView{}, err
 	}
-	rb := doc.TenantBudget(tenant, over)
+	rb, ok := doc.NamedBudget(tenant, name, over)
+	if !ok {
+		return SharesView{}, &policy.FieldError{Path: "budget", Msg: fmt.Sprintf("%q: the policy has no budget of that name (its limits take: %s)", name, strings.Join(doc.BudgetNames(), ", "))}
+	}
 	sb := rb.Shares()
-	v := SharesView{Tenant: tenant, Rate: sb.Rate, Burst: sb.Burst, Mode: rb.Mode, Source: "etcd"}
+	v := SharesView{Tenant: tenant, Budget: name, Rate: sb.Rate, Burst: sb.Burst, Mode: rb.Mode, Source: "etcd"}
 
 	grants := map[string]shares.Grant{}
 	var demand map[string]float64
@@ -159,7 +192,7 @@ func (c *Coordinator) Shares(ctx context.Context, tenant string) (SharesView, er
 	c.mu.Lock()
 	if t := c.term; t != nil && t.lead != nil && c.owns(tenant) {
 		a := t.lead.Allocator()
-		grants, demand = a.Grants(tenant), a.Demand(tenant)
+		grants, demand = a.Grants(id), a.Demand(id)
 		v.Source = "leader"
 	}
 	c.mu.Unlock()

@@ -884,8 +884,9 @@ func (c *Coordinator) refreshPolicy(t *term) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if t.lead != nil && slices.Equal(doc.Regions, t.regions) {
+		prev := t.doc
 		t.policyV, t.policyRev, t.doc = pv.Version, rev, doc
-		t.lead.SetDefault(c.defaultBudget(doc))
+		c.setDefaults(t.lead, doc, prev)
 		return nil
 	}
 	// The learning period covers every lease an older term may have
@@ -897,7 +898,7 @@ func (c *Coordinator) refreshPolicy(t *term) error {
 		Deposed:     deposedBound(c.cfg.SessionTTL),
 		MaxTenants:  c.cfg.MaxTenants,
 		IdleTimeout: c.cfg.TenantIdleTimeout,
-		ValidTenant: policy.ValidateTenant,
+		ValidTenant: policy.ValidateBudgetID,
 		StepHold:    min(shares.DefaultStepHold, c.cfg.RebalanceInterval),
 	}
 	t.sub++
@@ -919,7 +920,7 @@ func (c *Coordinator) refreshPolicy(t *term) error {
 	if err != nil {
 		return fmt.Errorf("leader: %w", err)
 	}
-	lead.SetDefault(c.defaultBudget(doc))
+	c.setDefaults(lead, doc, nil)
 	t.lead, t.regions, t.policyV, t.policyRev, t.doc = lead, cfg.Regions, pv.Version, rev, doc
 	c.log.Info("protocol term started: learning before granting", "term", cfg.Term, "regions", cfg.Regions,
 		"policy_version", pv.Version, "learning_until", lead.LearningUntil())
@@ -936,8 +937,39 @@ func (c *Coordinator) defaultBudget(doc *policy.Document) *shares.Budget {
 	return &b
 }
 
+// setDefaults gives lead doc's default budgets: the tenant budget's and
+// each named budget's (none for names prev had and doc has not).
+func (c *Coordinator) setDefaults(lead *shares.Leader, doc, prev *policy.Document) {
+	lead.SetDefault(c.defaultBudget(doc))
+	names := doc.BudgetNames()
+	if prev != nil {
+		for _, n := range prev.BudgetNames() {
+			if !slices.Contains(names, n) {
+				lead.SetNamedDefault(n, nil)
+			}
+		}
+	}
+	for _, n := range names {
+		lead.SetNamedDefault(n, c.namedDefault(doc, n))
+	}
+}
+
+// namedDefault is defaultBudget for the named budget name.
+func (c *Coordinator) namedDefault(doc *policy.Document, name string) *shares.Budget {
+	if doc.UnknownTenants == policy.UnknownDeny {
+		return nil
+	}
+	rb, ok := doc.NamedBudget("", name, nil)
+	if !ok {
+		return nil
+	}
+	b := rb.Shares()
+	return &b
+}
+
 // budgets returns the budgets of the tenants that have one of their own: a
-// budget record or a policy entry. The leader gives every other tenant it
+// budget record or a policy entry (the tenant's budget and each named one,
+// by shares.BudgetID). The leader gives every other tenant it
 // knows the default tier, until the tenant is idle. c.mu held.
 func (c *Coordinator) budgets(t *term, records []state.BudgetRecord) map[string]shares.Budget {
 	over := make(map[string]*policy.Budget, len(records))
@@ -946,13 +978,25 @@ func (c *Coordinator) budgets(t *term, records []state.BudgetRecord) map[string]
 	}
 	out := make(map[string]shares.Budget, len(records)+len(t.doc.Tenants))
 	for id, b := range over {
-		if c.owns(id) {
-			out[id] = t.doc.TenantBudget(id, b).Shares()
+		if !c.owns(id) {
+			continue
+		}
+		tenant, name := shares.SplitBudgetID(id)
+		if rb, ok := t.doc.NamedBudget(tenant, name, b); ok {
+			out[id] = rb.Shares()
 		}
 	}
+	names := t.doc.BudgetNames()
 	for id := range t.doc.Tenants {
-		if c.owns(id) {
-			out[id] = t.doc.TenantBudget(id, over[id]).Shares()
+		if !c.owns(id) {
+			continue
+		}
+		out[id] = t.doc.TenantBudget(id, over[id]).Shares()
+		for _, n := range names {
+			bid := shares.BudgetID(id, n)
+			if rb, ok := t.doc.NamedBudget(id, n, over[bid]); ok {
+				out[bid] = rb.Shares()
+			}
 		}
 	}
 	return out

@@ -110,6 +110,12 @@ func (g *grpcAPI) answerPB(ans shares.Answer) *allotv1.ReportResponse {
 		ColdRate:    ans.Cold.Rate, ColdBurst: ans.Cold.Burst, SharePods: int32(ans.SharePods), Pods: int32(ans.Pods),
 		ReportNow: ans.ReportNow,
 	}
+	if len(ans.ColdNamed) > 0 {
+		out.ColdNamed = make(map[string]*allotv1.ColdFloor, len(ans.ColdNamed))
+		for name, c := range ans.ColdNamed {
+			out.ColdNamed[name] = &allotv1.ColdFloor{Rate: c.Rate, Burst: c.Burst}
+		}
+	}
 	if len(ans.Entries) > 0 {
 		out.Grants = make([]*allotv1.Grant, len(ans.Entries))
 		for i, e := range ans.Entries {
@@ -194,7 +200,7 @@ func (g *grpcAPI) authorize(ctx context.Context) error {
 
 func toBudget(b BudgetView) *allotv1.Budget {
 	return &allotv1.Budget{
-		Tenant: b.Tenant, Rate: b.Rate, Burst: b.Burst, Mode: b.Mode, Home: b.Home,
+		Tenant: b.Tenant, Name: b.Budget, Rate: b.Rate, Burst: b.Burst, Mode: b.Mode, Home: b.Home,
 		Weights: b.Weights, Shadow: b.Shadow, Version: b.Version, UpdatedAt: b.UpdatedAt,
 	}
 }
@@ -205,7 +211,7 @@ func (g *grpcAPI) PutBudget(ctx context.Context, r *allotv1.PutBudgetRequest) (*
 	}
 	b := r.GetBudget()
 	v, err := g.c.PutBudget(ctx, BudgetView{
-		Tenant: b.GetTenant(), Rate: b.GetRate(), Burst: b.GetBurst(), Mode: b.GetMode(),
+		Tenant: b.GetTenant(), Budget: b.GetName(), Rate: b.GetRate(), Burst: b.GetBurst(), Mode: b.GetMode(),
 		Home: b.GetHome(), Weights: b.GetWeights(), Shadow: b.GetShadow(),
 	}, r.GetIfVersion())
 	if err != nil {
@@ -215,7 +221,7 @@ func (g *grpcAPI) PutBudget(ctx context.Context, r *allotv1.PutBudgetRequest) (*
 }
 
 func (g *grpcAPI) GetBudget(ctx context.Context, r *allotv1.GetBudgetRequest) (*allotv1.Budget, error) {
-	v, err := g.c.GetBudget(ctx, r.GetTenant())
+	v, err := g.c.GetBudget(ctx, r.GetTenant(), r.GetName())
 	if err != nil {
 		return nil, GRPCError(err)
 	}
@@ -238,14 +244,14 @@ func (g *grpcAPI) DeleteBudget(ctx context.Context, r *allotv1.DeleteBudgetReque
 	if err := g.authorize(ctx); err != nil {
 		return nil, err
 	}
-	if err := g.c.DeleteBudget(ctx, r.GetTenant()); err != nil {
+	if err := g.c.DeleteBudget(ctx, r.GetTenant(), r.GetName()); err != nil {
 		return nil, GRPCError(err)
 	}
 	return &allotv1.DeleteBudgetResponse{}, nil
 }
 
 func (g *grpcAPI) GetShares(ctx context.Context, r *allotv1.GetSharesRequest) (*allotv1.Shares, error) {
-	v, err := g.c.Shares(ctx, r.GetTenant())
+	v, err := g.c.Shares(ctx, r.GetTenant(), r.GetName())
 	if err != nil {
 		return nil, GRPCError(err)
 	}

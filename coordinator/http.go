@@ -165,13 +165,15 @@ func decodeJSON(r *http.Request, v any) error {
 
 // budgetRequest is the body of PUT /v1/budgets/{tenant}.
 type budgetRequest struct {
-	Rate      string             `json:"rate"`
-	Burst     int64              `json:"burst"`
-	Mode      string             `json:"mode,omitempty"`
-	Home      string             `json:"home,omitempty"`
-	Weights   map[string]float64 `json:"weights,omitempty"`
-	Shadow    bool               `json:"shadow,omitempty"`
-	IfVersion int64              `json:"if_version,omitempty"`
+	Rate    string             `json:"rate"`
+	Burst   int64              `json:"burst"`
+	Mode    string             `json:"mode,omitempty"`
+	Home    string             `json:"home,omitempty"`
+	Weights map[string]float64 `json:"weights,omitempty"`
+	Shadow  bool               `json:"shadow,omitempty"`
+	// Budget names one of the tenant's named budgets (or ?budget=).
+	Budget    string `json:"budget,omitempty"`
+	IfVersion int64  `json:"if_version,omitempty"`
 }
 
 func (h *httpAPI) putBudget(r *http.Request) (any, error) {
@@ -179,19 +181,30 @@ func (h *httpAPI) putBudget(r *http.Request) (any, error) {
 	if err := decodeJSON(r, &req); err != nil {
 		return nil, err
 	}
+	name := r.URL.Query().Get("budget")
+	if req.Budget != "" {
+		if name != "" && name != req.Budget {
+			return nil, fmt.Errorf("%w: budget: %q in the body, %q in the query: give one", errBadRequest, req.Budget, name)
+		}
+		name = req.Budget
+	}
 	return h.c.PutBudget(r.Context(), BudgetView{
-		Tenant: r.PathValue("tenant"), Rate: req.Rate, Burst: req.Burst, Mode: req.Mode,
+		Tenant: r.PathValue("tenant"), Budget: name, Rate: req.Rate, Burst: req.Burst, Mode: req.Mode,
 		Home: req.Home, Weights: req.Weights, Shadow: req.Shadow,
 	}, req.IfVersion)
 }
 
 func (h *httpAPI) getBudget(r *http.Request) (any, error) {
-	return h.c.GetBudget(r.Context(), r.PathValue("tenant"))
+	return h.c.GetBudget(r.Context(), r.PathValue("tenant"), r.URL.Query().Get("budget"))
 }
 
 func (h *httpAPI) deleteBudget(r *http.Request) (any, error) {
-	if err := h.c.DeleteBudget(r.Context(), r.PathValue("tenant")); err != nil {
+	name := r.URL.Query().Get("budget")
+	if err := h.c.DeleteBudget(r.Context(), r.PathValue("tenant"), name); err != nil {
 		return nil, err
+	}
+	if name != "" {
+		return map[string]string{"deleted": r.PathValue("tenant"), "budget": name}, nil
 	}
 	return map[string]string{"deleted": r.PathValue("tenant")}, nil
 }
@@ -202,7 +215,7 @@ func (h *httpAPI) listBudgets(r *http.Request) (any, error) {
 }
 
 func (h *httpAPI) shares(r *http.Request) (any, error) {
-	return h.c.Shares(r.Context(), r.PathValue("tenant"))
+	return h.c.Shares(r.Context(), r.PathValue("tenant"), r.URL.Query().Get("budget"))
 }
 
 func (h *httpAPI) status(r *http.Request) (any, error) { return h.c.Status(r.Context()) }

@@ -401,4 +401,17 @@ tenants:
 			t.Errorf("%s: %v, want an error with %q", c.name, err, c.err)
 		}
 	}
+	// A budget limit may carry other descriptors with fixed values (the
+	// key is still the tenant's): requests and tokens told apart by kind.
+	kinds := strings.Replace(base, "  - name: tokens\n    descriptors: [tenant]\n", "  - name: tokens\n    descriptors: [tenant, kind]\n    match: {kind: tokens}\n", 1)
+	if kinds == base {
+		t.Fatal("the tokens limit is not in the base policy")
+	}
+	if _, err := Parse([]byte(kinds)); err != nil {
+		t.Errorf("a budget limit with a fixed kind: %v", err)
+	}
+	free := strings.Replace(kinds, "    match: {kind: tokens}\n", "", 1)
+	if _, err := Parse([]byte(free)); err == nil || !strings.Contains(err.Error(), "limits[1].descriptors: a limit with rate: budget is per tenant") {
+		t.Errorf("a budget limit keyed by a free descriptor: %v, want an error naming limits[1].descriptors", err)
+	}
 }

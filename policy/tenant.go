@@ -6,6 +6,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/allot-dev/allot/shares"
 )
 
 // MaxTenantLen bounds a tenant identifier, in bytes.
@@ -76,3 +78,17 @@ func ValidateTenant(name string) error {
 
 // ValidTenant is ValidateTenant, under the name its first callers use.
 func ValidTenant(id string) error { return ValidateTenant(id) }
+
+// ValidateBudgetID checks the ID of one of a tenant's budgets as the
+// protocol carries it (shares.BudgetID): a tenant name, or tenant/NAME with
+// NAME a valid budget name.
+func ValidateBudgetID(id string) error {
+	tenant, name := shares.SplitBudgetID(id)
+	if err := ValidateTenant(tenant); err != nil {
+		return err
+	}
+	if strings.Contains(id, "/") && !budgetNameRE.MatchString(name) {
+		return &TenantError{Name: id, Rule: fmt.Sprintf("budget name %q: want lowercase letters, digits, '_' or '-'", name)}
+	}
+	return nil
+}

@@ -201,8 +201,8 @@ func (d *Document) validateLimits(c *collector) map[string]limitInfo {
 		if l.Scope == ScopeRegional && budget {
 			c.addf(p+".scope", "rate: budget is always global: drop scope or give the limit its own rate")
 		}
-		if budget && !slices.Equal(l.Descriptors, []string{"tenant"}) && len(l.Descriptors) > 0 {
-			c.addf(p+".descriptors", "a limit with rate: budget is per tenant: want descriptors: [tenant]")
+		if budget && len(l.Descriptors) > 0 && !perTenant(l) {
+			c.addf(p+".descriptors", "a limit with rate: budget is per tenant: want descriptors: [tenant], and other descriptors only with a fixed value in match (e.g. descriptors: [tenant, kind], match: {kind: tokens})")
 		}
 		switch l.OnFailure {
 		case "", FailOpen:
@@ -235,6 +235,20 @@ func (d *Document) validateLimits(c *collector) map[string]limitInfo {
 		}
 	}
 	return limits
+}
+
+// perTenant reports whether l's key depends on the tenant alone: every
+// descriptor but tenant has a fixed value in match.
+func perTenant(l Limit) bool {
+	if !slices.Contains(l.Descriptors, "tenant") {
+		return false
+	}
+	for _, k := range l.Descriptors {
+		if _, fixed := l.Match[k]; k != "tenant" && !fixed {
+			return false
+		}
+	}
+	return true
 }
 
 func validateDescriptors(c *collector, p string, l Limit) {

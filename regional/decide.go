@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/sony/gobreaker/v2"
@@ -96,12 +97,44 @@ type plan struct {
 	enforced items // one composite call
 	shadow   items // decided on their own, never enforced
 	leased   items // from local leases, after the composite
-	budget   bool  // a limit spends the tenant's budget (count for reports)
-	shard    int   // the tenant's coordinator shard (-1: not known yet)
+	budget   bool  // a limit spends one of the tenant's budgets (count for reports)
+	// bids are the budgets' IDs (shares.BudgetID) the request spends,
+	// each counted in reports: nbids of them, the first ones inline.
+	bids  [2]string
+	nbids int
+	more  []string
+	shard int // the tenant's coordinator shard (-1: not known yet)
 	// deny is set when a limit can never admit this request here (a zero
 	// grant, a cost above this region's share of the burst).
 	deny    item
 	denying bool
+}
+
+// addBudget records that the request spends the budget of ID id.
+func (p *plan) addBudget(id string) {
+	p.budget = true
+	for i := range min(p.nbids, len(p.bids)) {
+		if p.bids[i] == id {
+			return
+		}
+	}
+	if slices.Contains(p.more, id) {
+		return
+	}
+	if p.nbids < len(p.bids) {
+		p.bids[p.nbids] = id
+	} else {
+		p.more = append(p.more, id)
+	}
+	p.nbids++
+}
+
+// budgetIDs returns the IDs of every budget the request spends (a new
+// slice: not for the decide path).
+func (p *plan) budgetIDs() []string {
+	out := make([]string, 0, p.nbids)
+	out = append(out, p.bids[:min(p.nbids, len(p.bids))]...)
+	return append(out, p.more...)
 }
 
 func badRequest(format string, args ...any) error {
@@ -173,7 +206,12 @@ func (s *Service) decideOne(ctx context.Context, d map[string]string, cost int64
 func (s *Service) record(tenant string, p *plan, cost int64, dec Decision, lc *limitCache) {
 	if p.budget {
 		if c := s.countsOf(p.shard); c != nil {
-			c.add(tenant, cost, dec.Allowed)
+			for i := range min(p.nbids, len(p.bids)) {
+				c.add(p.bids[i], cost, dec.Allowed)
+			}
+			for _, id := range p.more {
+				c.add(id, cost, dec.Allowed)
+			}
 		}
 	}
 	c := s.counters(lc, dec.Limit)
@@ -229,14 +267,14 @@ func (s *Service) plan(p *plan, te *tenantEntry, d map[string]string, cost int64
 		}
 		var lim gcra.Limit
 		if l.FromBudget {
-			p.budget = true
+			p.addBudget(lc.share)
 			if cost > l.Burst {
 				return badRequest("cost: %d exceeds the burst %d of limit %q and can never be admitted", cost, l.Burst, l.Name)
 			}
 			if now.IsZero() {
 				now = s.cfg.Now()
 			}
-			rate, burst, _ := s.view.effective(now, te)
+			rate, burst, _ := s.view.effective(now, te, lc)
 			// The region's share (grant or floor) is slower than the budget
 			// and may rest longer than gcra's window: Fit lowers its burst
 			// to fit, admitting less, never more, than the share.

@@ -149,7 +149,7 @@ func (r *eventsRig) enforced(region, tenant string) float64 {
 	var most float64
 	for _, p := range r.pods[region] {
 		if te := p.s.view.tenant(tenant); te != nil {
-			rate, _, _ := p.s.view.effective(time.Now(), te)
+			rate, _, _ := p.s.view.tenantEffective(time.Now(), te)
 			most = max(most, rate)
 		}
 	}
@@ -305,7 +305,7 @@ func TestNewTenantNotDenied(t *testing.T) {
 					<-pace.C
 				}
 				p := ps[k%len(ps)]
-				rate, _, _ := p.s.view.effective(time.Now(), p.s.view.tenant("fresh"))
+				rate, _, _ := p.s.view.tenantEffective(time.Now(), p.s.view.tenant("fresh"))
 				d, err := p.s.Decide(context.Background(), map[string]string{"tenant": "fresh"}, 1)
 				if err != nil {
 					t.Fatal(err)

@@ -47,7 +47,7 @@ func TestGrantAppliedAndLeaseLapse(t *testing.T) {
 		}
 		return nil
 	})
-	if r, _, _ := p.s.view.effective(time.Now(), budget()); r != 0 || p.s.Ready() {
+	if r, _, _ := p.s.view.tenantEffective(time.Now(), budget()); r != 0 || p.s.Ready() {
 		t.Fatalf("before any leader: effective %v/s, ready %v; want 0 and not ready", r, p.s.Ready())
 	}
 	if d, err := p.s.Decide(ctx, map[string]string{"tenant": "t9"}, 1); err != nil || d.Allowed {
@@ -65,8 +65,8 @@ func TestGrantAppliedAndLeaseLapse(t *testing.T) {
 		if !p.s.Ready() || !q.s.Ready() {
 			return errors.New("pods not ready")
 		}
-		r, _, leased := p.s.view.effective(time.Now(), budget())
-		rq, _, _ := q.s.view.effective(time.Now(), budget())
+		r, _, leased := p.s.view.tenantEffective(time.Now(), budget())
+		rq, _, _ := q.s.view.tenantEffective(time.Now(), budget())
 		if !leased || r <= 5 || r != rq {
 			return fmt.Errorf("pods enforce %v/s (leased %v) and %v/s; want the same leased grant above the floor", r, leased, rq)
 		}
@@ -78,7 +78,7 @@ func TestGrantAppliedAndLeaseLapse(t *testing.T) {
 	coord.Stop()
 	start := time.Now()
 	wait.Until(t, 5*time.Second, func() error {
-		if r, _, leased := p.s.view.effective(time.Now(), budget()); leased || r != 5 {
+		if r, _, leased := p.s.view.tenantEffective(time.Now(), budget()); leased || r != 5 {
 			return fmt.Errorf("still enforcing %v/s leased %v", r, leased)
 		}
 		return nil

@@ -489,7 +489,7 @@ func waitBudget(tb testing.TB, p *pod, tenant string, rate float64, burst int64)
 		if te == nil {
 			return errors.New("no policy loaded")
 		}
-		r, b, leased := p.s.view.effective(time.Now(), te)
+		r, b, leased := p.s.view.tenantEffective(time.Now(), te)
 		if r < rate*(1-1e-9) || b < burst {
 			return fmt.Errorf("the pod enforces %v/s burst %d for %s (leased grant %v), want at least %v/s burst %d", r, b, tenant, leased, rate, burst)
 		}

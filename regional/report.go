@@ -459,6 +459,12 @@ func answerFromPB(resp *allotv1.ReportResponse) shares.Answer {
 		Cold:      shares.Ceiling{Rate: resp.GetColdRate(), Burst: resp.GetColdBurst()},
 		SharePods: int(resp.GetSharePods()), Pods: int(resp.GetPods()), ReportNow: resp.GetReportNow(),
 	}
+	if cn := resp.GetColdNamed(); len(cn) > 0 {
+		a.ColdNamed = make(map[string]shares.Ceiling, len(cn))
+		for name, c := range cn {
+			a.ColdNamed[name] = shares.Ceiling{Rate: c.GetRate(), Burst: c.GetBurst()}
+		}
+	}
 	if gs := resp.GetGrants(); len(gs) > 0 {
 		a.Entries = make([]shares.Entry, len(gs))
 		for i, g := range gs {

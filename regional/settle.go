@@ -11,6 +11,7 @@ import (
 
 	"github.com/allot-dev/allot/gcra"
 	"github.com/allot-dev/allot/gcra/keys"
+	"github.com/allot-dev/allot/shares"
 )
 
 // ErrSettleGone: the settle token names no reservation: it never did, it
@@ -42,7 +43,7 @@ func (s *Service) decideReserved(ctx context.Context, tenant string, p *plan) (D
 	_, _ = rand.Read(raw[:])
 	id := base64.RawURLEncoding.EncodeToString(raw[:])
 	if p.budget {
-		id += "b" // the settle adjusts the tenant's reported usage
+		id += settleBudgets(p) // the settle adjusts these budgets' reported usage
 	}
 	key, err := keys.SettleKey(tenant, id)
 	if err != nil {
@@ -72,6 +73,42 @@ func (s *Service) decideReserved(ctx context.Context, tenant string, p *plan) (D
 const settleTokenPrefix = "s1."
 
 // parseSettleToken returns the tenant and reservation id of a token.
+// settleBudgets is the suffix of a reservation's id that names the budgets
+// its settle adjusts in reports: "~" before each budget's name ("" for the
+// tenant's budget; budget names hold no '~', nor does the id's base64url).
+func settleBudgets(p *plan) string {
+	var b strings.Builder
+	for _, id := range p.budgetIDs() {
+		_, name := shares.SplitBudgetID(id)
+		b.WriteByte('~')
+		b.WriteString(name)
+	}
+	return b.String()
+}
+
+// settledBudgets returns the budget IDs a reservation's id names (see
+// settleBudgets); an id ending in "b" and holding no '~' (the form of
+// earlier releases) names the tenant's budget.
+func settledBudgets(tenant, id string) []string {
+	rnd, names, ok := strings.Cut(id, "~")
+	if !ok {
+		if strings.HasSuffix(rnd, "b") && len(rnd) == settleRandLen+1 {
+			return []string{tenant}
+		}
+		return nil
+	}
+	parts := strings.Split(names, "~")
+	out := make([]string, len(parts))
+	for i, n := range parts {
+		out[i] = shares.BudgetID(tenant, n)
+	}
+	return out
+}
+
+// settleRandLen is the length of a reservation id's random part: 16 bytes
+// in unpadded base64url.
+const settleRandLen = 22
+
 func parseSettleToken(tok string) (tenant, id string, err error) {
 	rest, ok := strings.CutPrefix(tok, settleTokenPrefix)
 	enc, id, ok2 := strings.Cut(rest, ".")
@@ -132,10 +169,12 @@ func (s *Service) Settle(ctx context.Context, token string, actual int64) (Settl
 	default:
 		s.m.settles.WithLabelValues("exact").Inc()
 	}
-	if strings.HasSuffix(id, "b") && got.Actual != got.Reserved {
+	if budgets := settledBudgets(tenant, id); len(budgets) > 0 && got.Actual != got.Reserved {
 		if te := s.view.tenant(tenant); te != nil {
 			if c := s.countsOf(te.shard); c != nil {
-				c.adjust(tenant, got.Actual-got.Reserved)
+				for _, b := range budgets {
+					c.adjust(b, got.Actual-got.Reserved)
+				}
 			}
 		}
 	}
@@ -168,7 +207,9 @@ func (s *Service) Charge(ctx context.Context, d map[string]string, cost int64) (
 	}
 	if p.budget {
 		if c := s.countsOf(p.shard); c != nil {
-			c.add(tenant, cost, true)
+			for _, id := range p.budgetIDs() {
+				c.add(id, cost, true)
+			}
 		}
 	}
 	var reqs []gcra.Request

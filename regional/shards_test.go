@@ -119,7 +119,7 @@ func testShards(t *testing.T, n int) {
 				var most float64
 				for _, p := range pods[region] {
 					if te := p.s.view.tenant(tenant); te != nil {
-						r, _, _ := p.s.view.effective(now, te)
+						r, _, _ := p.s.view.tenantEffective(now, te)
 						most = max(most, r)
 					}
 				}
@@ -159,7 +159,7 @@ func testShards(t *testing.T, n int) {
 				return fmt.Errorf("shard %d's leader: %d tenants (want its 2), shard %d of %d, %d shard leaders", s, st.Tenants, st.Shard, st.Shards, len(st.ShardLeaders))
 			}
 			for _, tenant := range tenants {
-				v, err := l.Shares(context.Background(), tenant)
+				v, err := l.Shares(context.Background(), tenant, "")
 				if err != nil {
 					return err
 				}

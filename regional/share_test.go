@@ -42,7 +42,7 @@ func TestSlowShareDecides(t *testing.T) {
 		{"below one unit per window", 1e-12, 600_000, false},
 	} {
 		grant(uint64(i+1), c.rate, c.burst)
-		if r, b, leased := p.s.view.effective(time.Now(), p.s.view.tenant("t9")); !leased || r != c.rate || b != c.burst {
+		if r, b, leased := p.s.view.tenantEffective(time.Now(), p.s.view.tenant("t9")); !leased || r != c.rate || b != c.burst {
 			t.Fatalf("%s: effective %v/s burst %d leased %v, want the grant", c.name, r, b, leased)
 		}
 		code, d, raw := postDecide(t, p, `{"descriptors":{"tenant":"t9"}}`)

@@ -79,6 +79,10 @@ type limitCache struct {
 	// limits take the region's grant instead, which changes.
 	lim    gcra.Limit
 	limErr error
+	// share is a budget limit's budget ID (shares.BudgetID) and own its
+	// floor here by the pod's own reading.
+	share string
+	own   shares.Ceiling
 	// counters are the limit's decision counters, set on first use.
 	counters atomic.Pointer[limitCounters]
 }
@@ -154,6 +158,17 @@ func (v *view) tenant(id string) *tenantEntry {
 	v.mu.RLock()
 	doc := v.doc
 	rec := v.budgets[id]
+	var named map[string]*state.BudgetRecord // the named budgets' records
+	if doc != nil {
+		for _, name := range doc.BudgetNames() {
+			if r := v.budgets[shares.BudgetID(id, name)]; r != nil {
+				if named == nil {
+					named = map[string]*state.BudgetRecord{}
+				}
+				named[name] = r
+			}
+		}
+	}
 	n := len(v.pods)
 	g = v.gen.Load()
 	v.mu.RUnlock()
@@ -177,17 +192,35 @@ func (v *view) tenant(id string) *tenantEntry {
 	te.limits = make([]limitCache, len(te.resolved.Limits))
 	for i := range te.resolved.Limits {
 		l := &te.resolved.Limits[i]
-		if l.FromBudget {
+		lc := &te.limits[i]
+		switch {
+		case l.FromBudget && l.Budget == "":
 			l.Rate, l.Burst = rb.Rate, rb.Burst
+			lc.share, lc.own = id, te.own
 			if te.shadow {
 				l.Shadow = true
 			}
-		} else {
-			te.limits[i].lim, te.limits[i].limErr = gcra.NewLimit(l.Rate, l.Burst)
+		case l.FromBudget:
+			// A named budget: shared on its own, under its own ID, floor
+			// and record.
+			var nover *policy.Budget
+			nrec := named[l.Budget]
+			if nrec != nil {
+				nover = &nrec.Budget
+			}
+			nb, _ := doc.NamedBudget(id, l.Budget, nover)
+			l.Rate, l.Burst = nb.Rate, nb.Burst
+			r, b := shares.Floor(nb.Shares(), doc.Regions, v.region)
+			lc.share, lc.own = shares.BudgetID(id, l.Budget), shares.Ceiling{Rate: r, Burst: b}
+			if nrec != nil && nrec.Shadow {
+				l.Shadow = true
+			}
+		default:
+			lc.lim, lc.limErr = gcra.NewLimit(l.Rate, l.Burst)
 		}
 		if len(l.Descriptors) == 1 && l.Descriptors[0] == "tenant" {
 			if k, err := keys.Key(id, l.Name); err == nil {
-				te.limits[i].key = k
+				lc.key = k
 			}
 		}
 	}
@@ -210,15 +243,16 @@ func (v *view) chargeEntry() (key, value string, ok bool) {
 	return c.Key, c.Value, true
 }
 
-// effective returns the rate and burst the pod enforces now for te's
-// budget on the Redis path, and whether it comes from a leased grant.
-func (v *view) effective(now time.Time, te *tenantEntry) (float64, int64, bool) {
+// effective returns the rate and burst the pod enforces now for the budget
+// of te's limit lc on the Redis path, and whether it comes from a leased
+// grant.
+func (v *view) effective(now time.Time, te *tenantEntry, lc *limitCache) (float64, int64, bool) {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	if te.shard < 0 || te.shard >= len(v.pods) {
 		return 0, 0, false // (the entry predates the shard count: it is recomputed)
 	}
-	return v.pods[te.shard].Effective(now, te.resolved.Tenant, te.own)
+	return v.pods[te.shard].Effective(now, lc.share, lc.own)
 }
 
 // ownLocked is a budget's floor in this region by the pod's own reading of
@@ -231,16 +265,23 @@ func (v *view) ownLocked(b shares.Budget) shares.Ceiling {
 	return shares.Ceiling{Rate: r, Burst: bu}
 }
 
-// ownTenantLocked is tenant's floor by the pod's own reading. v.mu held.
-func (v *view) ownTenantLocked(tenant string) shares.Ceiling {
+// ownTenantLocked is the floor of a tenant's budget (a shares.BudgetID) by
+// the pod's own reading: none for a name the policy has no budget of.
+// v.mu held.
+func (v *view) ownTenantLocked(id string) shares.Ceiling {
 	if v.doc == nil {
 		return shares.Ceiling{}
 	}
 	var over *policy.Budget
-	if rec := v.budgets[tenant]; rec != nil {
+	if rec := v.budgets[id]; rec != nil {
 		over = &rec.Budget
 	}
-	return v.ownLocked(v.doc.TenantBudget(tenant, over).Shares())
+	tenant, name := shares.SplitBudgetID(id)
+	b, ok := v.doc.NamedBudget(tenant, name, over)
+	if !ok {
+		return shares.Ceiling{}
+	}
+	return v.ownLocked(b.Shares())
 }
 
 // failOpenShare returns the denominator of the pod's fail-open share of

@@ -98,11 +98,13 @@ func (e *apiError) Error() string {
 // non-2xx answer is an *apiError.
 func (c *adminClient) do(ctx context.Context, method, path string, query url.Values, body io.Reader, ctype string, out any) (err error) {
 	u := *c.base
+	path, rawQuery, _ := strings.Cut(path, "?") // (budgetPath's; tenantPath escapes '?')
 	raw := strings.TrimSuffix(u.EscapedPath(), "/") + path // path is escaped already
 	if u.Path, err = url.PathUnescape(raw); err != nil {
 		return err
 	}
 	u.RawPath = raw
+	u.RawQuery = rawQuery
 	if query != nil {
 		u.RawQuery = query.Encode()
 	}
@@ -165,6 +167,25 @@ func (c *adminClient) emit(w io.Writer, v any, table func() error) error {
 
 // tenantPath escapes a tenant for a URL path segment.
 func tenantPath(prefix, tenant string) string { return prefix + url.PathEscape(tenant) }
+
+// budgetPath is tenantPath for one of the tenant's budgets: name "" is its
+// budget, another name its named budget (?budget=NAME).
+func budgetPath(prefix, tenant, name string) string {
+	p := tenantPath(prefix, tenant)
+	if name != "" {
+		p += "?budget=" + url.QueryEscape(name)
+	}
+	return p
+}
+
+// budgetLabel names a tenant's budget for people: the tenant, or
+// tenant/NAME for a named budget.
+func budgetLabel(tenant, name string) string {
+	if name == "" {
+		return tenant
+	}
+	return tenant + "/" + name
+}
 
 // isNotFound reports whether err is a 404 answer.
 func isNotFound(err error) bool {

@@ -86,6 +86,37 @@ func startCoordinatorOn(t *testing.T, srv *etcdtest.Server, extra ...string) str
 	return url
 }
 
+// The budget commands and shares take --budget NAME for a tenant's named
+// budgets; a name the policy has not is refused, naming it.
+func TestAdminCLINamedBudgets(t *testing.T) {
+	url := startCoordinator(t, "--insecure-admin")
+	co := []string{"--coordinator", url}
+	for _, s := range []struct {
+		args           []string
+		code           int
+		stdout, stderr string
+	}{
+		{[]string{"policy", "apply", "-f", "testdata/named-policy.yaml"}, 0, "policy version 1 applied", ""},
+		{[]string{"budget", "set", "t1", "--budget", "tokens", "--rate", "900/s", "--burst", "90"}, 0, "budget t1/tokens set: 900/s burst 90 (rebalanced), version 1", ""},
+		{[]string{"budget", "set", "t1", "--budget", "images", "--rate", "9/s", "--burst", "9"}, 1, "", `"images": the policy has no budget of that name`},
+		{[]string{"budget", "set", "t1", "--budget", "a/b", "--rate", "9/s", "--burst", "9"}, 1, "", "budget"},
+		{[]string{"budget", "get", "t1", "--budget", "tokens", "-o", "json"}, 0, `"budget": "tokens"`, ""},
+		{[]string{"budget", "get", "t1"}, 1, "", "t1 has no budget of its own"},
+		{[]string{"budget", "list"}, 0, "t1/tokens  900/s", ""},
+		{[]string{"shares", "t1", "--budget", "tokens"}, 0, "tenant t1/tokens: 900/s burst 90", ""},
+		{[]string{"shares", "t1"}, 0, "tenant t1: 60/s burst 10", ""},
+		{[]string{"shares", "t1", "--budget", "images"}, 1, "", "images"},
+		{[]string{"budget", "delete", "t1", "--budget", "tokens"}, 0, "budget t1/tokens deleted", ""},
+		{[]string{"budget", "get", "t1", "--budget", "tokens"}, 1, "", "t1/tokens has no budget of its own"},
+	} {
+		out, errs, code := runCLI(t, append(append([]string{}, s.args...), co...)...)
+		if code != s.code || !strings.Contains(out, s.stdout) || !strings.Contains(errs, s.stderr) {
+			t.Errorf("allot %s = exit %d\nstdout %q\nstderr %q\nwant exit %d, stdout with %q, stderr with %q",
+				strings.Join(s.args, " "), code, out, errs, s.code, s.stdout, s.stderr)
+		}
+	}
+}
+
 func TestAdminCLI(t *testing.T) {
 	dir := t.TempDir()
 	tok := filepath.Join(dir, "token")

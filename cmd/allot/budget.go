@@ -16,6 +16,7 @@ func init() { register(newBudgetCmd) }
 // budgetJSON is a budget as the coordinator's API carries it.
 type budgetJSON struct {
 	Tenant    string             `json:"tenant,omitempty"`
+	Budget    string             `json:"budget,omitempty"`
 	Rate      string             `json:"rate"`
 	Burst     int64              `json:"burst"`
 	Mode      string             `json:"mode,omitempty"`
@@ -32,10 +33,16 @@ func newBudgetCmd(s *streams) *cobra.Command {
 		Use:   "budget",
 		Short: "Set, show and delete tenants' global budgets",
 		Long: `A tenant's budget is its global rate and burst, split across regions by the
-coordinator. Budgets set here take precedence over the policy document.`,
+coordinator. Budgets set here take precedence over the policy document.
+A tenant may also have named budgets (the policy's budgets: NAME, taken by
+limits with rate: budget.NAME, e.g. tokens per minute beside requests per
+second), each shared across regions on its own: --budget NAME sets, shows
+or deletes one of them.`,
 		Example: `  allot budget set t42 --rate 1000/s --burst 200
   allot budget set acme --rate 5/s --burst 3 --mode pinned --home us-east
+  allot budget set t42 --budget tokens --rate 200000/m --burst 50000
   allot budget get t42
+  allot budget get t42 --budget tokens
   allot budget list -o json
   allot budget delete t42`,
 	}
@@ -67,6 +74,7 @@ func newBudgetSetCmd(s *streams) *cobra.Command {
 		Use:   "set TENANT --rate N/s --burst B",
 		Short: "Set a tenant's global budget",
 		Example: `  allot budget set t42 --rate 1000/s --burst 200
+  allot budget set t42 --budget tokens --rate 200000/m --burst 50000
   allot budget set acme --rate 5/s --burst 3 --mode pinned --home us-east
   allot budget set t7 --rate 600/m --burst 20 --mode static --weights us-east=2,eu-west=1,ap-south=1`,
 		Args: cobra.ExactArgs(1),
@@ -95,16 +103,17 @@ func newBudgetSetCmd(s *streams) *cobra.Command {
 				return err
 			}
 			var out budgetJSON
-			if err := cl.sendJSON(cmd.Context(), "PUT", tenantPath("/v1/budgets/", args[0]), b, &out); err != nil {
+			if err := cl.sendJSON(cmd.Context(), "PUT", budgetPath("/v1/budgets/", args[0], b.Budget), b, &out); err != nil {
 				return err
 			}
 			return cl.emit(s.out, out, func() error {
-				_, err := fmt.Fprintf(s.out, "budget %s set: %s burst %d (%s), version %d\n", out.Tenant, out.Rate, out.Burst, modeOr(out.Mode), out.Version)
+				_, err := fmt.Fprintf(s.out, "budget %s set: %s burst %d (%s), version %d\n", budgetLabel(out.Tenant, out.Budget), out.Rate, out.Burst, modeOr(out.Mode), out.Version)
 				return err
 			})
 		},
 	}
 	f := c.Flags()
+	f.StringVar(&b.Budget, "budget", "", "one of the tenant's named budgets (the policy's budgets: NAME); default: its budget")
 	f.StringVar(&b.Rate, "rate", "", "global rate: N/s, N/m, N/h, N/d (24 h) or N/w (168 h)")
 	f.Int64Var(&b.Burst, "burst", 0, "units admissible at once, across all regions")
 	f.StringVar(&b.Mode, "mode", "", "rebalanced (default), static, full or pinned")
@@ -127,7 +136,7 @@ func budgetTable(s *streams, bs []budgetJSON) error {
 	tw := tabwriter.NewWriter(s.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TENANT\tRATE\tBURST\tMODE\tHOME\tSHADOW\tVERSION\tUPDATED")
 	for _, b := range bs {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%v\t%d\t%s\n", b.Tenant, b.Rate, b.Burst, modeOr(b.Mode), dash(b.Home), b.Shadow, b.Version, b.UpdatedAt)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%v\t%d\t%s\n", budgetLabel(b.Tenant, b.Budget), b.Rate, b.Burst, modeOr(b.Mode), dash(b.Home), b.Shadow, b.Version, b.UpdatedAt)
 	}
 	return tw.Flush()
 }
@@ -141,10 +150,11 @@ func dash(s string) string {
 
 func newBudgetGetCmd(s *streams) *cobra.Command {
 	var o adminOpts
+	var name string
 	c := &cobra.Command{
 		Use:     "get TENANT",
 		Short:   "Show a tenant's budget",
-		Example: "  allot budget get t42\n  allot budget get t42 -o json",
+		Example: "  allot budget get t42\n  allot budget get t42 -o json\n  allot budget get t42 --budget tokens",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := o.client()
@@ -152,15 +162,16 @@ func newBudgetGetCmd(s *streams) *cobra.Command {
 				return err
 			}
 			var b budgetJSON
-			if err := cl.getJSON(cmd.Context(), tenantPath("/v1/budgets/", args[0]), &b); err != nil {
+			if err := cl.getJSON(cmd.Context(), budgetPath("/v1/budgets/", args[0], name), &b); err != nil {
 				if isNotFound(err) {
-					return fmt.Errorf("tenant %q has no budget of its own (it gets its policy tier's; see allot shares %s)", args[0], args[0])
+					return fmt.Errorf("%s has no budget of its own (it gets its policy tier's; see allot shares %s)", budgetLabel(args[0], name), args[0])
 				}
 				return err
 			}
 			return cl.emit(s.out, b, func() error { return budgetTable(s, []budgetJSON{b}) })
 		},
 	}
+	c.Flags().StringVar(&name, "budget", "", "one of the tenant's named budgets; default: its budget")
 	addAdminFlags(c, &o)
 	return c
 }
@@ -192,25 +203,27 @@ func newBudgetListCmd(s *streams) *cobra.Command {
 
 func newBudgetDeleteCmd(s *streams) *cobra.Command {
 	var o adminOpts
+	var name string
 	c := &cobra.Command{
 		Use:     "delete TENANT",
 		Short:   "Delete a tenant's budget (it falls back to its policy tier)",
-		Example: "  allot budget delete t42",
+		Example: "  allot budget delete t42\n  allot budget delete t42 --budget tokens",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := o.client()
 			if err != nil {
 				return err
 			}
-			if err := cl.do(cmd.Context(), "DELETE", tenantPath("/v1/budgets/", args[0]), nil, nil, "", nil); err != nil {
+			if err := cl.do(cmd.Context(), "DELETE", budgetPath("/v1/budgets/", args[0], name), nil, nil, "", nil); err != nil {
 				return err
 			}
 			return cl.emit(s.out, map[string]string{"deleted": args[0]}, func() error {
-				_, err := fmt.Fprintf(s.out, "budget %s deleted\n", args[0])
+				_, err := fmt.Fprintf(s.out, "budget %s deleted\n", budgetLabel(args[0], name))
 				return err
 			})
 		},
 	}
+	c.Flags().StringVar(&name, "budget", "", "one of the tenant's named budgets; default: its budget")
 	addAdminFlags(c, &o)
 	return c
 }

@@ -150,7 +150,7 @@ func demo(ctx context.Context, w io.Writer, cl *dev.Cluster, cfg dev.Config) {
 		case <-t.C:
 		}
 		cur := load.Counts()
-		v, err := cl.Coordinator.Shares(ctx, "demo")
+		v, err := cl.Coordinator.Shares(ctx, "demo", "")
 		if err != nil {
 			continue
 		}

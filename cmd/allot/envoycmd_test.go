@@ -338,10 +338,14 @@ func TestEnvoyRatelimitForceStart(t *testing.T) {
 	})
 	writeFile(t, filepath.Join(root, "config", "edge.yaml"), envoyCmdConfig)
 	c := p.rls(t)
-	r, err := c.ShouldRateLimit(context.Background(), rlsReq("edge", "remote_address", "9"))
-	if err != nil || r.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() != 2 {
-		t.Errorf("after the configuration appeared: %v, %v", r, err)
-	}
+	// The reload follows the file's change by a watch event: wait for it.
+	wait.Until(t, 10*time.Second, func() error {
+		r, err := c.ShouldRateLimit(context.Background(), rlsReq("edge", "remote_address", "9"))
+		if err != nil || r.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() != 2 {
+			return fmt.Errorf("after the configuration appeared: %v, %w", r, err)
+		}
+		return nil
+	})
 }
 
 // TestEnvoyRatelimitXDS serves the configuration from a go-control-plane

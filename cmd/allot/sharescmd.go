@@ -17,6 +17,7 @@ type sharesJSON struct {
 	Mode   string  `json:"mode"`
 	Source string  `json:"source"`
 	Shard  int     `json:"shard"`
+	Budget string  `json:"budget,omitempty"`
 	Leader *struct {
 		ID   string `json:"id"`
 		HTTP string `json:"http"`
@@ -34,13 +35,15 @@ type sharesJSON struct {
 
 func newSharesCmd(s *streams) *cobra.Command {
 	var o adminOpts
+	var name string
 	c := &cobra.Command{
 		Use:   "shares TENANT",
 		Short: "Show how a tenant's budget is split across regions now",
 		Long: `Show how a tenant's budget is split across regions now, as the leader of the
 tenant's coordinator shard has it. A coordinator of another shard names that
-shard's leader, and the command asks it instead.`,
-		Example: "  allot shares t42\n  allot shares t42 -o json",
+shard's leader, and the command asks it instead. --budget NAME shows one of
+the tenant's named budgets, each split on its own.`,
+		Example: "  allot shares t42\n  allot shares t42 -o json\n  allot shares t42 --budget tokens",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := o.client()
@@ -48,7 +51,7 @@ shard's leader, and the command asks it instead.`,
 				return err
 			}
 			var v sharesJSON
-			if err := cl.getJSON(cmd.Context(), tenantPath("/v1/shares/", args[0]), &v); err != nil {
+			if err := cl.getJSON(cmd.Context(), budgetPath("/v1/shares/", args[0], name), &v); err != nil {
 				return err
 			}
 			if v.Source == "other_shard" {
@@ -61,13 +64,13 @@ shard's leader, and the command asks it instead.`,
 					return err
 				}
 				var w sharesJSON
-				if err := other.getJSON(cmd.Context(), tenantPath("/v1/shares/", args[0]), &w); err != nil {
+				if err := other.getJSON(cmd.Context(), budgetPath("/v1/shares/", args[0], name), &w); err != nil {
 					return fmt.Errorf("shard %d's leader %s: %w", v.Shard, v.Leader.HTTP, err)
 				}
 				v = w
 			}
 			return cl.emit(s.out, v, func() error {
-				fmt.Fprintf(s.out, "tenant %s: %.6g/s burst %d, mode %s (from %s", v.Tenant, v.Rate, v.Burst, v.Mode, v.Source)
+				fmt.Fprintf(s.out, "tenant %s: %.6g/s burst %d, mode %s (from %s", budgetLabel(v.Tenant, v.Budget), v.Rate, v.Burst, v.Mode, v.Source)
 				if v.Shard > 0 {
 					fmt.Fprintf(s.out, " of shard %d", v.Shard)
 				}
@@ -89,6 +92,7 @@ shard's leader, and the command asks it instead.`,
 			})
 		},
 	}
+	c.Flags().StringVar(&name, "budget", "", "one of the tenant's named budgets; default: its budget")
 	addAdminFlags(c, &o)
 	return c
 }

@@ -51,7 +51,7 @@ func TestSharesFollowTraffic(t *testing.T) {
 	// Let shares converge (grants ordered like demand), then measure 3 s.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		v, err := cl.Coordinator.Shares(ctx, "t1")
+		v, err := cl.Coordinator.Shares(ctx, "t1", "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,7 +80,7 @@ func TestSharesFollowTraffic(t *testing.T) {
 		admitted += float64(after[r][1] - before[r][1])
 	}
 	grants := map[string]float64{}
-	v, err := cl.Coordinator.Shares(ctx, "t1")
+	v, err := cl.Coordinator.Shares(ctx, "t1", "")
 	if err != nil {
 		t.Fatal(err)
 	}

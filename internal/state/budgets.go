@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/allot-dev/allot/policy"
+	"github.com/allot-dev/allot/shares"
 )
 
 // BudgetRecord is a tenant's budget as set through the admin API. It takes
@@ -31,13 +33,25 @@ func (s *Store) budgetKey(tenant string) string {
 }
 
 // ValidateBudget checks a budget against the policy's regions, naming the
-// field of every problem.
-func ValidateBudget(doc *policy.Document, tenant string, b policy.Budget) error {
-	if err := policy.ValidTenant(tenant); err != nil {
+// field of every problem. tenant is a shares.BudgetID: a tenant, or
+// tenant/NAME for its budget NAME, which the policy must have.
+func ValidateBudget(doc *policy.Document, id string, b policy.Budget) error {
+	if err := policy.ValidateBudgetID(id); err != nil {
 		return &policy.FieldError{Path: "tenant", Msg: err.Error()}
 	}
+	tenant, name := shares.SplitBudgetID(id)
 	d := *doc
 	d.Tenants = map[string]policy.Tenant{tenant: {Budget: b}}
+	pre := "tenants." + tenant + ".budget."
+	if name != "" {
+		if !slices.Contains(doc.BudgetNames(), name) {
+			return &policy.FieldError{Path: "budget", Msg: fmt.Sprintf("%q: the policy has no budget of that name (its limits take: %s)", name, strings.Join(append([]string{`"" (the tenant's budget)`}, doc.BudgetNames()...), ", "))}
+		}
+		// The tenant's own tier, so that the budget is checked as it would
+		// resolve.
+		d.Tenants = map[string]policy.Tenant{tenant: {Tier: doc.Tenants[tenant].Tier, Budgets: map[string]policy.Budget{name: b}}}
+		pre = "tenants." + tenant + ".budgets." + name + "."
+	}
 	if b.Rate == "" {
 		return &policy.FieldError{Path: "rate", Msg: "missing: want the tenant's global rate, e.g. 1000/s"}
 	}
@@ -47,7 +61,6 @@ func ValidateBudget(doc *policy.Document, tenant string, b policy.Budget) error 
 	err := d.Validate()
 	var es policy.Errors
 	if errors.As(err, &es) {
-		pre := "tenants." + tenant + ".budget."
 		for _, e := range es {
 			if strings.HasPrefix(e.Path, pre) {
 				return &policy.FieldError{Path: strings.TrimPrefix(e.Path, pre), Msg: e.Msg}

@@ -32,10 +32,13 @@ type Budget struct {
 	// Home region of a pinned tenant.
 	Home string `protobuf:"bytes,5,opt,name=home,proto3" json:"home,omitempty"`
 	// Weights of a static tenant per region.
-	Weights       map[string]float64 `protobuf:"bytes,6,rep,name=weights,proto3" json:"weights,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
-	Shadow        bool               `protobuf:"varint,7,opt,name=shadow,proto3" json:"shadow,omitempty"`
-	Version       int64              `protobuf:"varint,8,opt,name=version,proto3" json:"version,omitempty"`
-	UpdatedAt     string             `protobuf:"bytes,9,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	Weights   map[string]float64 `protobuf:"bytes,6,rep,name=weights,proto3" json:"weights,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	Shadow    bool               `protobuf:"varint,7,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	Version   int64              `protobuf:"varint,8,opt,name=version,proto3" json:"version,omitempty"`
+	UpdatedAt string             `protobuf:"bytes,9,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// One of the tenant's named budgets (policy budgets: NAME, taken by
+	// limits with rate: budget.NAME); empty: the tenant's budget.
+	Name          string `protobuf:"bytes,10,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -133,6 +136,13 @@ func (x *Budget) GetUpdatedAt() string {
 	return ""
 }
 
+func (x *Budget) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
 type PutBudgetRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Budget *Budget                `protobuf:"bytes,1,opt,name=budget,proto3" json:"budget,omitempty"`
@@ -187,8 +197,10 @@ func (x *PutBudgetRequest) GetIfVersion() int64 {
 }
 
 type GetBudgetRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// A named budget (see Budget.name); empty: the tenant's budget.
+	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -226,6 +238,13 @@ func (*GetBudgetRequest) Descriptor() ([]byte, []int) {
 func (x *GetBudgetRequest) GetTenant() string {
 	if x != nil {
 		return x.Tenant
+	}
+	return ""
+}
+
+func (x *GetBudgetRequest) GetName() string {
+	if x != nil {
+		return x.Name
 	}
 	return ""
 }
@@ -311,8 +330,10 @@ func (x *ListBudgetsResponse) GetBudgets() []*Budget {
 }
 
 type DeleteBudgetRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// A named budget (see Budget.name); empty: the tenant's budget.
+	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -354,6 +375,13 @@ func (x *DeleteBudgetRequest) GetTenant() string {
 	return ""
 }
 
+func (x *DeleteBudgetRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
 type DeleteBudgetResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -391,8 +419,10 @@ func (*DeleteBudgetResponse) Descriptor() ([]byte, []int) {
 }
 
 type GetSharesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// A named budget (see Budget.name); empty: the tenant's budget.
+	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -430,6 +460,13 @@ func (*GetSharesRequest) Descriptor() ([]byte, []int) {
 func (x *GetSharesRequest) GetTenant() string {
 	if x != nil {
 		return x.Tenant
+	}
+	return ""
+}
+
+func (x *GetSharesRequest) GetName() string {
+	if x != nil {
+		return x.Name
 	}
 	return ""
 }
@@ -1246,7 +1283,7 @@ var File_allot_v1_admin_proto protoreflect.FileDescriptor
 
 const file_allot_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x14allot/v1/admin.proto\x12\ballot.v1\"\xb8\x02\n" +
+	"\x14allot/v1/admin.proto\x12\ballot.v1\"\xcc\x02\n" +
 	"\x06Budget\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04rate\x18\x02 \x01(\tR\x04rate\x12\x14\n" +
@@ -1257,24 +1294,29 @@ const file_allot_v1_admin_proto_rawDesc = "" +
 	"\x06shadow\x18\a \x01(\bR\x06shadow\x12\x18\n" +
 	"\aversion\x18\b \x01(\x03R\aversion\x12\x1d\n" +
 	"\n" +
-	"updated_at\x18\t \x01(\tR\tupdatedAt\x1a:\n" +
+	"updated_at\x18\t \x01(\tR\tupdatedAt\x12\x12\n" +
+	"\x04name\x18\n" +
+	" \x01(\tR\x04name\x1a:\n" +
 	"\fWeightsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"[\n" +
 	"\x10PutBudgetRequest\x12(\n" +
 	"\x06budget\x18\x01 \x01(\v2\x10.allot.v1.BudgetR\x06budget\x12\x1d\n" +
 	"\n" +
-	"if_version\x18\x02 \x01(\x03R\tifVersion\"*\n" +
+	"if_version\x18\x02 \x01(\x03R\tifVersion\">\n" +
 	"\x10GetBudgetRequest\x12\x16\n" +
-	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"\x14\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\x14\n" +
 	"\x12ListBudgetsRequest\"A\n" +
 	"\x13ListBudgetsResponse\x12*\n" +
-	"\abudgets\x18\x01 \x03(\v2\x10.allot.v1.BudgetR\abudgets\"-\n" +
+	"\abudgets\x18\x01 \x03(\v2\x10.allot.v1.BudgetR\abudgets\"A\n" +
 	"\x13DeleteBudgetRequest\x12\x16\n" +
-	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"\x16\n" +
-	"\x14DeleteBudgetResponse\"*\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\x16\n" +
+	"\x14DeleteBudgetResponse\">\n" +
 	"\x10GetSharesRequest\x12\x16\n" +
-	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"\x9c\x01\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\x9c\x01\n" +
 	"\vRegionShare\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x12\n" +
 	"\x04rate\x18\x02 \x01(\x01R\x04rate\x12\x14\n" +

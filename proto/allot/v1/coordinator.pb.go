@@ -434,6 +434,59 @@ func (x *Grant) GetBudgetBurst() int64 {
 	return 0
 }
 
+// A cold floor (ReportResponse.cold_named).
+type ColdFloor struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rate          float64                `protobuf:"fixed64,1,opt,name=rate,proto3" json:"rate,omitempty"`
+	Burst         int64                  `protobuf:"varint,2,opt,name=burst,proto3" json:"burst,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ColdFloor) Reset() {
+	*x = ColdFloor{}
+	mi := &file_allot_v1_coordinator_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ColdFloor) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ColdFloor) ProtoMessage() {}
+
+func (x *ColdFloor) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_v1_coordinator_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ColdFloor.ProtoReflect.Descriptor instead.
+func (*ColdFloor) Descriptor() ([]byte, []int) {
+	return file_allot_v1_coordinator_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ColdFloor) GetRate() float64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *ColdFloor) GetBurst() int64 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
 type ReportResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// False when the answering coordinator is not the leader.
@@ -481,14 +534,18 @@ type ReportResponse struct {
 	// Only on the Watch stream, with nothing else set but term: the leader
 	// asks the pod to report at once (it holds grants of an older term that
 	// this term renewed, and this term now grants).
-	ReportNow     bool `protobuf:"varint,17,opt,name=report_now,json=reportNow,proto3" json:"report_now,omitempty"`
+	ReportNow bool `protobuf:"varint,17,opt,name=report_now,json=reportNow,proto3" json:"report_now,omitempty"`
+	// cold_rate and cold_burst of named budgets (tenant/NAME), by NAME: what
+	// the pod enforces, while leased, for a named budget it holds no grant
+	// of; a name absent here: nothing.
+	ColdNamed     map[string]*ColdFloor `protobuf:"bytes,18,rep,name=cold_named,json=coldNamed,proto3" json:"cold_named,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_allot_v1_coordinator_proto_msgTypes[4]
+	mi := &file_allot_v1_coordinator_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -500,7 +557,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_v1_coordinator_proto_msgTypes[4]
+	mi := &file_allot_v1_coordinator_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -513,7 +570,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_allot_v1_coordinator_proto_rawDescGZIP(), []int{4}
+	return file_allot_v1_coordinator_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ReportResponse) GetAccepted() bool {
@@ -635,6 +692,13 @@ func (x *ReportResponse) GetReportNow() bool {
 	return false
 }
 
+func (x *ReportResponse) GetColdNamed() map[string]*ColdFloor {
+	if x != nil {
+		return x.ColdNamed
+	}
+	return nil
+}
+
 var File_allot_v1_coordinator_proto protoreflect.FileDescriptor
 
 const file_allot_v1_coordinator_proto_rawDesc = "" +
@@ -679,7 +743,10 @@ const file_allot_v1_coordinator_proto_rawDesc = "" +
 	"\adropped\x18\a \x01(\bR\adropped\x12\x1f\n" +
 	"\vbudget_rate\x18\b \x01(\x01R\n" +
 	"budgetRate\x12!\n" +
-	"\fbudget_burst\x18\t \x01(\x03R\vbudgetBurst\"\xf2\x03\n" +
+	"\fbudget_burst\x18\t \x01(\x03R\vbudgetBurst\"5\n" +
+	"\tColdFloor\x12\x12\n" +
+	"\x04rate\x18\x01 \x01(\x01R\x04rate\x12\x14\n" +
+	"\x05burst\x18\x02 \x01(\x03R\x05burst\"\x8d\x05\n" +
 	"\x0eReportResponse\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x19\n" +
@@ -701,7 +768,12 @@ const file_allot_v1_coordinator_proto_rawDesc = "" +
 	"\theld_term\x18\x0f \x01(\x04R\bheldTerm\x12\"\n" +
 	"\rleased_for_ms\x18\x10 \x01(\x03R\vleasedForMs\x12\x1d\n" +
 	"\n" +
-	"report_now\x18\x11 \x01(\bR\treportNow2\x87\x01\n" +
+	"report_now\x18\x11 \x01(\bR\treportNow\x12F\n" +
+	"\n" +
+	"cold_named\x18\x12 \x03(\v2'.allot.v1.ReportResponse.ColdNamedEntryR\tcoldNamed\x1aQ\n" +
+	"\x0eColdNamedEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12)\n" +
+	"\x05value\x18\x02 \x01(\v2\x13.allot.v1.ColdFloorR\x05value:\x028\x012\x87\x01\n" +
 	"\vCoordinator\x12;\n" +
 	"\x06Report\x12\x17.allot.v1.ReportRequest\x1a\x18.allot.v1.ReportResponse\x12;\n" +
 	"\x05Watch\x12\x16.allot.v1.WatchRequest\x1a\x18.allot.v1.ReportResponse0\x01B3Z1github.com/allot-dev/allot/proto/allot/v1;allotv1b\x06proto3"
@@ -718,27 +790,31 @@ func file_allot_v1_coordinator_proto_rawDescGZIP() []byte {
 	return file_allot_v1_coordinator_proto_rawDescData
 }
 
-var file_allot_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_allot_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_allot_v1_coordinator_proto_goTypes = []any{
 	(*WatchRequest)(nil),   // 0: allot.v1.WatchRequest
 	(*TenantUsage)(nil),    // 1: allot.v1.TenantUsage
 	(*ReportRequest)(nil),  // 2: allot.v1.ReportRequest
 	(*Grant)(nil),          // 3: allot.v1.Grant
-	(*ReportResponse)(nil), // 4: allot.v1.ReportResponse
+	(*ColdFloor)(nil),      // 4: allot.v1.ColdFloor
+	(*ReportResponse)(nil), // 5: allot.v1.ReportResponse
+	nil,                    // 6: allot.v1.ReportResponse.ColdNamedEntry
 }
 var file_allot_v1_coordinator_proto_depIdxs = []int32{
 	1, // 0: allot.v1.ReportRequest.usage:type_name -> allot.v1.TenantUsage
 	3, // 1: allot.v1.ReportRequest.held:type_name -> allot.v1.Grant
 	3, // 2: allot.v1.ReportResponse.grants:type_name -> allot.v1.Grant
-	2, // 3: allot.v1.Coordinator.Report:input_type -> allot.v1.ReportRequest
-	0, // 4: allot.v1.Coordinator.Watch:input_type -> allot.v1.WatchRequest
-	4, // 5: allot.v1.Coordinator.Report:output_type -> allot.v1.ReportResponse
-	4, // 6: allot.v1.Coordinator.Watch:output_type -> allot.v1.ReportResponse
-	5, // [5:7] is the sub-list for method output_type
-	3, // [3:5] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	6, // 3: allot.v1.ReportResponse.cold_named:type_name -> allot.v1.ReportResponse.ColdNamedEntry
+	4, // 4: allot.v1.ReportResponse.ColdNamedEntry.value:type_name -> allot.v1.ColdFloor
+	2, // 5: allot.v1.Coordinator.Report:input_type -> allot.v1.ReportRequest
+	0, // 6: allot.v1.Coordinator.Watch:input_type -> allot.v1.WatchRequest
+	5, // 7: allot.v1.Coordinator.Report:output_type -> allot.v1.ReportResponse
+	5, // 8: allot.v1.Coordinator.Watch:output_type -> allot.v1.ReportResponse
+	7, // [7:9] is the sub-list for method output_type
+	5, // [5:7] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_allot_v1_coordinator_proto_init() }
@@ -752,7 +828,7 @@ func file_allot_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_allot_v1_coordinator_proto_rawDesc), len(file_allot_v1_coordinator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

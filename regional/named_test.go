@@ -1,0 +1,240 @@
+package regional
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/allot-dev/allot/gcra/memstore"
+	"github.com/allot-dev/allot/gcra/redisstore"
+	"github.com/allot-dev/allot/internal/coordtest"
+	"github.com/allot-dev/allot/internal/etcdtest"
+	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/wait"
+	"github.com/allot-dev/allot/policy"
+)
+
+// namedPolicy gives one tenant two global budgets: requests (its budget)
+// and tokens (a named one), told apart by the kind descriptor.
+const namedPolicy = `version: 1
+regions: [us-east, eu-west, ap-south]
+default_tier: llm
+limits:
+  - name: requests
+    descriptors: [tenant, kind]
+    match: {kind: request}
+    rate: budget
+  - name: tokens
+    descriptors: [tenant, kind]
+    match: {kind: tokens}
+    rate: budget.tokens
+tiers:
+  llm:
+    budget: {rate: 60/s, burst: 10}
+    budgets:
+      tokens: {rate: 3000/s, burst: 300}
+tenants:
+  t1: {}
+`
+
+// A tenant's two global budgets are shared across three regions
+// independently: the requests budget follows the region whose callers send
+// requests, the tokens budget the region whose callers spend tokens, and
+// neither admits more than its R·t + B across the regions, under load in
+// every region. Each region has its own redis-server and two pods; etcd and
+// the coordinator are real.
+func TestNamedBudgetsSharedIndependently(t *testing.T) {
+	const (
+		reqR, reqB = 60.0, 10.0
+		tokR, tokB = 3000.0, 300.0
+		tokCost    = 20
+	)
+	regions := []string{"us-east", "eu-west", "ap-south"}
+	etcd := etcdtest.Start(t)
+	cfg := coordtest.Fast(etcd.Client(t))
+	cfg.RebalanceInterval = 250 * time.Millisecond
+	cfg.Shares.Interval = cfg.RebalanceInterval
+	coordtest.Start(t, cfg)
+	leaders.Store(etcd, true)
+	pods := map[string][]*pod{}
+	var all []*pod
+	for _, region := range regions {
+		rs := redistest.Start(t)
+		rc := redis.NewClient(redistest.ClientOptions(rs.Addr))
+		t.Cleanup(func() { _ = rc.Close() })
+		store, err := redisstore.New(rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			p := startPodWith(t, etcd, store, func(c *Config) { c.Region = region }, false)
+			pods[region] = append(pods[region], p)
+			all = append(all, p)
+		}
+	}
+	if _, err := all[0].st.ApplyPolicy(context.Background(), []byte(namedPolicy), 0, "test"); err != nil {
+		t.Fatal(err)
+	}
+	wait.Until(t, 30*time.Second, func() error {
+		for i, p := range all {
+			te := p.s.view.tenant("t1")
+			if !p.s.Ready() || te == nil || len(te.resolved.Limits) != 2 || te.resolved.Limits[1].Budget != "tokens" {
+				return fmt.Errorf("pod %d has not loaded the policy with named budgets, or is not ready", i)
+			}
+		}
+		return nil
+	})
+
+	// Requests mostly in eu-west, tokens mostly in us-east; some of each
+	// everywhere. Per pod, per second: what each region's two pods offer.
+	offer := map[string]map[string]int{ // region → kind → decisions/s per pod
+		"us-east":  {"request": 5, "tokens": 100},
+		"eu-west":  {"request": 60, "tokens": 5},
+		"ap-south": {"request": 5, "tokens": 5},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var reqs, toks atomic.Int64 // units admitted
+	var errs atomic.Int64
+	t.Cleanup(func() { cancel(); wg.Wait() }) // (before the pods stop)
+	start := time.Now()
+	for _, region := range regions {
+		for _, p := range pods[region] {
+			for kind, per := range offer[region] {
+				cost := int64(1)
+				if kind == "tokens" {
+					cost = tokCost
+				}
+				wg.Go(func() {
+					tick := time.NewTicker(time.Second / time.Duration(per))
+					defer tick.Stop()
+					d := map[string]string{"tenant": "t1", "kind": kind}
+					for {
+						select {
+						case <-ctx.Done():
+							return
+						case <-tick.C:
+						}
+						dec, err := p.s.Decide(ctx, d, cost)
+						switch {
+						case err != nil && ctx.Err() == nil:
+							errs.Add(1)
+						case err == nil && dec.Allowed && kind == "tokens":
+							toks.Add(cost)
+						case err == nil && dec.Allowed:
+							reqs.Add(cost)
+						}
+					}
+				})
+			}
+		}
+	}
+
+	// Each budget's grants follow its own demand.
+	grant := func(region, name string) float64 {
+		var most float64
+		for _, p := range pods[region] {
+			if te := p.s.view.tenant("t1"); te != nil {
+				r, _, _ := p.s.view.budgetEffective(time.Now(), te, name)
+				most = max(most, r)
+			}
+		}
+		return most
+	}
+	var shares string
+	wait.Until(t, 20*time.Second, func() error {
+		tu, te, ta := grant("us-east", "tokens"), grant("eu-west", "tokens"), grant("ap-south", "tokens")
+		ru, re, ra := grant("us-east", ""), grant("eu-west", ""), grant("ap-south", "")
+		shares = fmt.Sprintf("tokens us-east %.0f eu-west %.0f ap-south %.0f; requests us-east %.1f eu-west %.1f ap-south %.1f", tu, te, ta, ru, re, ra)
+		if tu < 0.6*tokR || re < 0.5*reqR {
+			return fmt.Errorf("grants not there yet: %s", shares)
+		}
+		return nil
+	})
+	// Σ enforced per budget, at this instant, within R.
+	for _, c := range []struct {
+		name string
+		R    float64
+	}{{"", reqR}, {"tokens", tokR}} {
+		if sum := grant("us-east", c.name) + grant("eu-west", c.name) + grant("ap-south", c.name); sum > c.R*(1+1e-9) {
+			t.Errorf("budget %q: the regions together enforce %.1f/s, more than R = %.0f", c.name, sum, c.R)
+		}
+	}
+	// Keep the load on a while longer, so that the bound below covers a
+	// run with both budgets saturated.
+	lctx, lcancel := context.WithTimeout(ctx, 3*time.Second)
+	<-lctx.Done()
+	lcancel()
+	cancel()
+	wg.Wait()
+	elapsed := time.Since(start).Seconds()
+	if n := errs.Load(); n > 0 {
+		t.Errorf("%d decisions failed", n)
+	}
+	if got, most := float64(reqs.Load()), reqR*elapsed+reqB; got > most {
+		t.Errorf("requests: admitted %v in %.1f s across three regions, more than R·t + B = %.1f", got, elapsed, most)
+	}
+	if got, most := float64(toks.Load()), tokR*elapsed+tokB; got > most {
+		t.Errorf("tokens: admitted %v in %.1f s across three regions, more than R·t + B = %.1f", got, elapsed, most)
+	}
+	t.Logf("after %.1f s: %s; admitted requests %d (R·t+B %.0f), tokens %d (R·t+B %.0f)",
+		elapsed, shares, reqs.Load(), reqR*elapsed+reqB, toks.Load(), tokR*elapsed+tokB)
+}
+
+// A named budget set through the admin API replaces the policy's for that
+// tenant and that name alone; a name the policy has not is refused, naming
+// the field, with nothing stored.
+func TestNamedBudgetRecord(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	coordtest.Start(t, coordtest.Fast(etcd.Client(t)))
+	leaders.Store(etcd, true)
+	ms, err := memstore.New(memstore.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startPodWith(t, etcd, ms, func(c *Config) { c.Region = "us-east" }, false)
+	if _, err := p.st.ApplyPolicy(context.Background(), []byte(namedPolicy), 0, "test"); err != nil {
+		t.Fatal(err)
+	}
+	wait.Until(t, 10*time.Second, func() error {
+		if te := p.s.view.tenant("t1"); te == nil || len(te.resolved.Limits) != 2 {
+			return fmt.Errorf("policy not loaded")
+		}
+		return nil
+	})
+	ctx := context.Background()
+	if _, err := p.st.PutBudget(ctx, "t1/tokens", policy.Budget{Rate: "900/s", Burst: 90}, false, 0); err != nil {
+		t.Fatal(err)
+	}
+	wait.Until(t, 10*time.Second, func() error {
+		te := p.s.view.tenant("t1")
+		if l := te.resolved.Limits[1]; l.Rate.PerSecond() != 900 || l.Burst != 90 {
+			return fmt.Errorf("tokens limit resolves to %v burst %d, not the record's 900/s burst 90", l.Rate, l.Burst)
+		}
+		if l := te.resolved.Limits[0]; l.Rate.PerSecond() != 60 || l.Burst != 10 {
+			t.Fatalf("the requests budget changed with the tokens record: %v burst %d", l.Rate, l.Burst)
+		}
+		return nil
+	})
+	for _, c := range []struct {
+		id, field string
+	}{
+		{"t1/images", "budget"},
+		{"t1/Bad.Name", "tenant"},
+	} {
+		_, err := p.st.PutBudget(ctx, c.id, policy.Budget{Rate: "5/s", Burst: 5}, false, 0)
+		var fe *policy.FieldError
+		if err == nil || !errors.As(err, &fe) || fe.Path != c.field {
+			t.Errorf("PutBudget(%s): %v, want an error naming %s", c.id, err, c.field)
+		}
+		if _, gerr := p.st.Budget(ctx, c.id); gerr == nil {
+			t.Errorf("PutBudget(%s) refused, yet a record was stored", c.id)
+		}
+	}
+}
