@@ -103,8 +103,9 @@ type Result struct {
 	PeakRatio float64 // largest Σ/bound seen (≤ 1 when safe)
 }
 
-// tenants: two with budgets of their own, one on the default tier.
-var tenantNames = []string{"a", "b", "c"}
+// tenants: two with budgets of their own, one on the default tier, and
+// c's named budget "tok" (shares.BudgetID) on the tier's default of it.
+var tenantNames = []string{"a", "b", "c", "c/tok"}
 
 const (
 	regionPoolSize = 3
@@ -116,11 +117,15 @@ type snapshot struct {
 	regions []string
 	budgets map[string]shares.Budget // a, b
 	deflt   shares.Budget            // c and every tenant without a budget
+	named   shares.Budget            // c/tok: every named budget "tok" without one
 }
 
 func (s *snapshot) budget(t string) shares.Budget {
 	if b, ok := s.budgets[t]; ok {
 		return b
+	}
+	if _, name := shares.SplitBudgetID(t); name != "" {
+		return s.named
 	}
 	return s.deflt
 }
@@ -281,7 +286,7 @@ func (w *world) setup() {
 	s := snapshot{regions: regions, budgets: map[string]shares.Budget{
 		"a": {Rate: 300, Burst: 60},
 		"b": {Rate: 100, Burst: 20, Mode: shares.ModePinned, Home: regions[0]},
-	}, deflt: shares.Budget{Rate: 50, Burst: 10}}
+	}, deflt: shares.Budget{Rate: 50, Burst: 10}, named: shares.Budget{Rate: 500, Burst: 50}}
 	if w.rng.IntN(2) == 0 {
 		s.budgets["b"] = shares.Budget{Rate: 100, Burst: 20}
 	}
@@ -470,7 +475,7 @@ func (w *world) startTerm(c *coord) {
 		IdleTimeout: w.idle,
 		StepHold:    w.hold,
 		ValidTenant: func(t string) error {
-			if strings.ContainsAny(t, "/{}") || strings.Contains(t, "..") {
+			if t, name := shares.SplitBudgetID(t); strings.ContainsAny(t, "{}") || strings.ContainsAny(name, "/{}") || strings.Contains(t, "..") {
 				return errors.New("invalid tenant name")
 			}
 			return nil
@@ -503,8 +508,9 @@ func (w *world) startTerm(c *coord) {
 }
 
 func (w *world) setCold(c *coord) {
-	d := w.snaps[c.view].deflt
+	d, n := w.snaps[c.view].deflt, w.snaps[c.view].named
 	c.lead.SetDefault(&d)
+	c.lead.SetNamedDefault("tok", &n)
 }
 
 // depose ends c's hold on the election (crash, resign or session expiry)
@@ -1038,8 +1044,14 @@ func (w *world) oneFault() {
 				w.logf("fault: %s dies for good", p.id)
 			}
 		}
-	default: // the default tier changes
+	default: // the default tier changes: its budget, or its named budget
 		s := w.cloneLast()
+		if w.rng.IntN(3) == 0 {
+			s.named.Rate = 100 + w.rng.Float64()*1000
+			s.named.Burst = 10 + w.rng.Int64N(100)
+			w.publish(s, fmt.Sprintf("default tier's tok %.1f/s burst %d", s.named.Rate, s.named.Burst))
+			return
+		}
 		s.deflt.Rate = 10 + w.rng.Float64()*100
 		s.deflt.Burst = 3 + w.rng.Int64N(20)
 		w.publish(s, fmt.Sprintf("default tier %.1f/s burst %d", s.deflt.Rate, s.deflt.Burst))
