@@ -937,8 +937,9 @@ func (c *Coordinator) defaultBudget(doc *policy.Document) *shares.Budget {
 	return &b
 }
 
-// setDefaults gives lead doc's default budgets: the tenant budget's and
-// each named budget's (none for names prev had and doc has not).
+// setDefaults gives lead doc's default budgets: the tenant budget's, each
+// named budget's and each global keyed limit's (none for names prev had and
+// doc has not).
 func (c *Coordinator) setDefaults(lead *shares.Leader, doc, prev *policy.Document) {
 	lead.SetDefault(c.defaultBudget(doc))
 	names := doc.BudgetNames()
@@ -951,6 +952,20 @@ func (c *Coordinator) setDefaults(lead *shares.Leader, doc, prev *policy.Documen
 	}
 	for _, n := range names {
 		lead.SetNamedDefault(n, c.namedDefault(doc, n))
+	}
+	// Every key of a global limit with a rate of its own is shared under
+	// the limit's budget (class "LIMIT=").
+	keyed := doc.KeyLimits()
+	if prev != nil {
+		for _, l := range prev.KeyLimits() {
+			if !slices.ContainsFunc(keyed, func(k policy.ResolvedLimit) bool { return k.Name == l.Name }) {
+				lead.SetNamedDefault(l.Name+"=", nil)
+			}
+		}
+	}
+	for i := range keyed {
+		b := doc.KeyBudget(&keyed[i]).Shares()
+		lead.SetNamedDefault(keyed[i].Name+"=", &b)
 	}
 }
 

@@ -216,6 +216,30 @@ func (d *Document) NamedBudget(tenant, name string, override *Budget) (ResolvedB
 	return d.resolveBudget(tb, t.Budgets[name]), true
 }
 
+// KeyBudget is the budget each key of a global limit with a rate of its own
+// (scope: global, not rate: budget) is shared under: the limit's rate and
+// burst, rebalanced, with the document's floor fraction.
+func (d *Document) KeyBudget(l *ResolvedLimit) ResolvedBudget {
+	floor := DefaultFloorFraction
+	if d.FloorFraction != nil {
+		floor = *d.FloorFraction
+	}
+	return ResolvedBudget{Rate: l.Rate, Burst: l.Burst, Mode: ModeRebalanced, FloorFraction: floor}
+}
+
+// KeyLimits returns the global limits with a rate of their own (each key
+// shared on its own, see KeyBudget), resolved as for a tenant with no
+// entry.
+func (d *Document) KeyLimits() []ResolvedLimit {
+	var out []ResolvedLimit
+	for _, l := range d.Resolve("").Limits {
+		if l.Global && !l.FromBudget {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 // BudgetNames returns the names of the named budgets the policy's limits
 // take (rate: budget.NAME), sorted; not "" (the tenant's budget).
 func (d *Document) BudgetNames() []string {

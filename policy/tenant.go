@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -79,6 +80,12 @@ func ValidateTenant(name string) error {
 // ValidTenant is ValidateTenant, under the name its first callers use.
 func ValidTenant(id string) error { return ValidateTenant(id) }
 
+// maxKeyLen bounds the key part of a key's share ID: its escaped values.
+const maxKeyLen = 4096
+
+// keyRE: query-escaped values, comma-separated.
+var keyRE = regexp.MustCompile(`^[A-Za-z0-9%._~+,*'()!-]*$`)
+
 // ValidateBudgetID checks the ID of one of a tenant's budgets as the
 // protocol carries it (shares.BudgetID): a tenant name, or tenant/NAME with
 // NAME a valid budget name.
@@ -86,6 +93,13 @@ func ValidateBudgetID(id string) error {
 	tenant, name := shares.SplitBudgetID(id)
 	if err := ValidateTenant(tenant); err != nil {
 		return err
+	}
+	if lim, key, keyed := strings.Cut(name, "="); keyed {
+		// A key's share of a global limit (shares.KeyBudgetID).
+		if !nameRE.MatchString(lim) || len(key) > maxKeyLen || !keyRE.MatchString(key) {
+			return &TenantError{Name: id, Rule: "not a key of a global limit: want LIMIT=V1,V2 with the values query-escaped"}
+		}
+		return nil
 	}
 	if strings.Contains(id, "/") && !budgetNameRE.MatchString(name) {
 		return &TenantError{Name: id, Rule: fmt.Sprintf("budget name %q: want lowercase letters, digits, '_' or '-'", name)}

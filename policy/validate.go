@@ -145,6 +145,7 @@ func (d *Document) validateRegions(c *collector) map[string]bool {
 type limitInfo struct {
 	budget     bool
 	budgetName string // the budget a budget limit takes ("": the tenant's)
+	keyed      bool   // global with a rate of its own: one share per key
 	// valid: the limit has no error of its own; rate and burst are its
 	// parsed rate and burst (fixed-rate limits).
 	valid bool
@@ -195,8 +196,8 @@ func (d *Document) validateLimits(c *collector) map[string]limitInfo {
 		default:
 			c.addf(p+".scope", "%q: want %s or %s", l.Scope, ScopeGlobal, ScopeRegional)
 		}
-		if l.Scope == ScopeGlobal && !budget && l.Rate != "" {
-			c.addf(p+".scope", "global limits are split from the tenant's budget: use rate: budget, or scope: regional")
+		if l.Scope == ScopeGlobal && !budget && l.Lease > 0 {
+			c.addf(p+".lease", "not with scope: global and a rate of its own: each key's share is granted by the coordinator, not leased")
 		}
 		if l.Scope == ScopeRegional && budget {
 			c.addf(p+".scope", "rate: budget is always global: drop scope or give the limit its own rate")
@@ -224,7 +225,7 @@ func (d *Document) validateLimits(c *collector) map[string]limitInfo {
 		case l.Lease > 0 && !budget && l.Burst >= 1 && l.Lease > l.Burst:
 			c.addf(p+".lease", "%d exceeds the burst %d: a lease larger than the burst can never be granted", l.Lease, l.Burst)
 		}
-		info := limitInfo{budget: budget, budgetName: bname, valid: len(c.errs) == n}
+		info := limitInfo{budget: budget, budgetName: bname, keyed: l.Scope == ScopeGlobal && !budget, valid: len(c.errs) == n}
 		if info.valid && !budget {
 			info.rate, info.burst = mustRate(l.Rate), l.Burst
 			checkWindow(c, p, info.rate, info.burst, true)
@@ -366,6 +367,10 @@ func validateOverrides(c *collector, p string, ov map[string]Override, limits ma
 				field = "budgets." + li.budgetName
 			}
 			c.addf(op, "limit %q takes the tenant's budget: set %s.rate and %s.burst instead", name, field, field)
+			continue
+		}
+		if li.keyed && (o.Rate != "" || o.Burst != 0) {
+			c.addf(op, "limit %q is global with a rate of its own, one for every tenant's keys: overrides of its rate and burst are not supported (give the tier a limit of its own instead)", name)
 			continue
 		}
 		if o.Rate != "" {

@@ -13,6 +13,7 @@ import (
 	"github.com/allot-dev/allot/gcra/keys"
 	"github.com/allot-dev/allot/gcra/redisstore"
 	"github.com/allot-dev/allot/policy"
+	"github.com/allot-dev/allot/shares"
 )
 
 // Errors callers branch on.
@@ -266,15 +267,24 @@ func (s *Service) plan(p *plan, te *tenantEntry, d map[string]string, cost int64
 			}
 		}
 		var lim gcra.Limit
-		if l.FromBudget {
-			p.addBudget(lc.share)
+		if l.Global {
 			if cost > l.Burst {
 				return badRequest("cost: %d exceeds the burst %d of limit %q and can never be admitted", cost, l.Burst, l.Name)
 			}
 			if now.IsZero() {
 				now = s.cfg.Now()
 			}
-			rate, burst, _ := s.view.effective(now, te, lc)
+			var rate float64
+			var burst int64
+			if l.FromBudget {
+				p.addBudget(lc.share)
+				rate, burst, _ = s.view.effective(now, te, lc)
+			} else {
+				// One key's share of a global limit of its own rate.
+				id := keyShareID(te.resolved.Tenant, l, d)
+				p.addBudget(id)
+				rate, burst, _ = s.view.effectiveKey(now, te, id, lc)
+			}
 			// The region's share (grant or floor) is slower than the budget
 			// and may rest longer than gcra's window: Fit lowers its burst
 			// to fit, admitting less, never more, than the share.
@@ -309,6 +319,18 @@ func (s *Service) plan(p *plan, te *tenantEntry, d map[string]string, cost int64
 		}
 	}
 	return nil
+}
+
+// keyShareID is the share ID of the key d names of global limit l.
+func keyShareID(tenant string, l *policy.ResolvedLimit, d map[string]string) string {
+	var buf [4]string
+	vals := buf[:0]
+	for _, k := range l.Descriptors {
+		if k != "tenant" {
+			vals = append(vals, d[k])
+		}
+	}
+	return shares.KeyBudgetID(tenant, l.Name, vals...)
 }
 
 // fallbackLimit is what one pod admits for a limit while the store is
@@ -554,8 +576,8 @@ func (s *Service) fallbackDecide(ctx context.Context, shard int, enforced *items
 	for i := range reqs {
 		it := enforced.at(i)
 		share := pods
-		if it.l.FromBudget {
-			share = budgetShare
+		if it.l.Global {
+			share = budgetShare // (a budget's, or a key's share of a global limit)
 		}
 		lim, ok := fallbackLimit(it.l, it.req.Limit, share, it.req.Cost)
 		if !ok {

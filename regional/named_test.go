@@ -238,3 +238,162 @@ func TestNamedBudgetRecord(t *testing.T) {
 		}
 	}
 }
+
+// A global limit keyed by more than the tenant (per user) is shared across
+// regions key by key: each user's traffic, wherever it comes from, admits
+// at most the limit's R·t + B across three regions with load in every
+// region; a user whose callers sit in one region gets most of its rate
+// there; once idle, the coordinator forgets the keys. Real Redis per
+// region, two pods each, real etcd and coordinator.
+func TestGlobalPerUserLimit(t *testing.T) {
+	const R, B = 50.0, 10.0
+	const doc = `version: 1
+regions: [us-east, eu-west, ap-south]
+default_tier: free
+limits:
+  - name: user
+    descriptors: [tenant, user]
+    rate: 50/s
+    burst: 10
+    scope: global
+tiers:
+  free:
+    budget: {rate: 1000/s, burst: 100}
+`
+	regions := []string{"us-east", "eu-west", "ap-south"}
+	etcd := etcdtest.Start(t)
+	cfg := coordtest.Fast(etcd.Client(t))
+	cfg.RebalanceInterval = 250 * time.Millisecond
+	cfg.Shares.Interval = cfg.RebalanceInterval
+	cfg.TenantIdleTimeout = time.Second
+	coord := coordtest.Start(t, cfg)
+	leaders.Store(etcd, true)
+	pods := map[string][]*pod{}
+	var all []*pod
+	for _, region := range regions {
+		rs := redistest.Start(t)
+		rc := redis.NewClient(redistest.ClientOptions(rs.Addr))
+		t.Cleanup(func() { _ = rc.Close() })
+		store, err := redisstore.New(rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			p := startPodWith(t, etcd, store, func(c *Config) { c.Region = region }, false)
+			pods[region] = append(pods[region], p)
+			all = append(all, p)
+		}
+	}
+	if _, err := all[0].st.ApplyPolicy(context.Background(), []byte(doc), 0, "test"); err != nil {
+		t.Fatal(err)
+	}
+	wait.Until(t, 30*time.Second, func() error {
+		for i, p := range all {
+			te := p.s.view.tenant("t1")
+			if !p.s.Ready() || te == nil || len(te.resolved.Limits) != 1 || !te.resolved.Limits[0].Global {
+				return fmt.Errorf("pod %d has not loaded the policy, or is not ready", i)
+			}
+		}
+		return nil
+	})
+	// "everywhere" is offered far more than R from every pod; "local" only
+	// from eu-west (a little elsewhere).
+	offer := map[string]map[string]int{ // region → user → decisions/s per pod
+		"us-east":  {"everywhere/1": 40, "local": 2},
+		"eu-west":  {"everywhere/1": 40, "local": 60},
+		"ap-south": {"everywhere/1": 40, "local": 2},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	admitted := map[string]*atomic.Int64{"everywhere/1": {}, "local": {}}
+	var errs atomic.Int64
+	start := time.Now()
+	for _, region := range regions {
+		for _, p := range pods[region] {
+			for user, per := range offer[region] {
+				wg.Go(func() {
+					tick := time.NewTicker(time.Second / time.Duration(per))
+					defer tick.Stop()
+					d := map[string]string{"tenant": "t1", "user": user}
+					for {
+						select {
+						case <-ctx.Done():
+							return
+						case <-tick.C:
+						}
+						dec, err := p.s.Decide(ctx, d, 1)
+						switch {
+						case err != nil && ctx.Err() == nil:
+							errs.Add(1)
+						case err == nil && dec.Allowed:
+							admitted[user].Add(1)
+						}
+					}
+				})
+			}
+		}
+	}
+	share := func(region, user string) float64 {
+		var most float64
+		id := keyShareIDFor("t1", "user", user)
+		for _, p := range pods[region] {
+			if te := p.s.view.tenant("t1"); te != nil {
+				r, _, _ := p.s.view.effectiveKey(time.Now(), te, id, &te.limits[0])
+				most = max(most, r)
+			}
+		}
+		return most
+	}
+	var seen string
+	wait.Until(t, 20*time.Second, func() error {
+		seen = fmt.Sprintf("local: us-east %.1f eu-west %.1f ap-south %.1f; everywhere: %.1f %.1f %.1f",
+			share("us-east", "local"), share("eu-west", "local"), share("ap-south", "local"),
+			share("us-east", "everywhere/1"), share("eu-west", "everywhere/1"), share("ap-south", "everywhere/1"))
+		if share("eu-west", "local") < 0.6*R {
+			return fmt.Errorf("eu-west's share of user local not there yet: %s", seen)
+		}
+		return nil
+	})
+	for _, user := range []string{"local", "everywhere/1"} {
+		if sum := share("us-east", user) + share("eu-west", user) + share("ap-south", user); sum > R*(1+1e-9) {
+			t.Errorf("user %s: the regions together enforce %.1f/s, more than R = %.0f", user, sum, R)
+		}
+	}
+	lctx, lcancel := context.WithTimeout(ctx, 3*time.Second)
+	<-lctx.Done()
+	lcancel()
+	cancel()
+	wg.Wait()
+	elapsed := time.Since(start).Seconds()
+	if n := errs.Load(); n > 0 {
+		t.Errorf("%d decisions failed", n)
+	}
+	for user, a := range admitted {
+		if got, most := float64(a.Load()), R*elapsed+B; got > most {
+			t.Errorf("user %s: admitted %v in %.1f s across three regions, more than R·t + B = %.1f", user, got, elapsed, most)
+		}
+	}
+	if got := float64(admitted["everywhere/1"].Load()); got < 0.5*R*elapsed {
+		t.Errorf("user everywhere/1: admitted %v in %.1f s, under half of R·t: its key was not granted", got, elapsed)
+	}
+	t.Logf("after %.1f s: %s; admitted everywhere/1 %d, local %d (R·t + B = %.0f)",
+		elapsed, seen, admitted["everywhere/1"].Load(), admitted["local"].Load(), R*elapsed+B)
+	// Idle keys are forgotten: the leader tracks nothing once the load
+	// stopped for longer than the idle timeout.
+	wait.Until(t, 15*time.Second, func() error {
+		st, err := coord.Status(context.Background())
+		if err != nil {
+			return err
+		}
+		if st.Tenants != 0 {
+			return fmt.Errorf("the leader still tracks %d budgets", st.Tenants)
+		}
+		return nil
+	})
+}
+
+// keyShareIDFor is keyShareID for a limit keyed by tenant and one value.
+func keyShareIDFor(tenant, limit, value string) string {
+	return keyShareID(tenant, &policy.ResolvedLimit{Name: limit, Descriptors: []string{"tenant", "x"}}, map[string]string{"x": value})
+}

@@ -74,14 +74,14 @@ const settleTokenPrefix = "s1."
 
 // parseSettleToken returns the tenant and reservation id of a token.
 // settleBudgets is the suffix of a reservation's id that names the budgets
-// its settle adjusts in reports: "~" before each budget's name ("" for the
-// tenant's budget; budget names hold no '~', nor does the id's base64url).
+// its settle adjusts in reports: "~" before each budget's name in unpadded
+// base64url ("" for the tenant's budget; base64url holds no '~').
 func settleBudgets(p *plan) string {
 	var b strings.Builder
 	for _, id := range p.budgetIDs() {
 		_, name := shares.SplitBudgetID(id)
 		b.WriteByte('~')
-		b.WriteString(name)
+		b.WriteString(base64.RawURLEncoding.EncodeToString([]byte(name)))
 	}
 	return b.String()
 }
@@ -98,9 +98,13 @@ func settledBudgets(tenant, id string) []string {
 		return nil
 	}
 	parts := strings.Split(names, "~")
-	out := make([]string, len(parts))
-	for i, n := range parts {
-		out[i] = shares.BudgetID(tenant, n)
+	out := make([]string, 0, len(parts))
+	for _, enc := range parts {
+		n, err := base64.RawURLEncoding.DecodeString(enc)
+		if err != nil {
+			continue // (not one of ours: the reservation was found, so only a forged id could)
+		}
+		out = append(out, shares.BudgetID(tenant, string(n)))
 	}
 	return out
 }

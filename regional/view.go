@@ -3,6 +3,7 @@ package regional
 import (
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -215,6 +216,12 @@ func (v *view) tenant(id string) *tenantEntry {
 			if nrec != nil && nrec.Shadow {
 				l.Shadow = true
 			}
+		case l.Global:
+			// A global limit with a rate of its own: each key is shared
+			// on its own (shares.KeyBudgetID), under this budget.
+			lc.lim, lc.limErr = gcra.NewLimit(l.Rate, l.Burst)
+			r, b := shares.Floor(doc.KeyBudget(l).Shares(), doc.Regions, v.region)
+			lc.own = shares.Ceiling{Rate: r, Burst: b}
 		default:
 			lc.lim, lc.limErr = gcra.NewLimit(l.Rate, l.Burst)
 		}
@@ -255,6 +262,17 @@ func (v *view) effective(now time.Time, te *tenantEntry, lc *limitCache) (float6
 	return v.pods[te.shard].Effective(now, lc.share, lc.own)
 }
 
+// effectiveKey is effective for one key's share (shares.KeyBudgetID id) of
+// te's global limit lc.
+func (v *view) effectiveKey(now time.Time, te *tenantEntry, id string, lc *limitCache) (float64, int64, bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	if te.shard < 0 || te.shard >= len(v.pods) {
+		return 0, 0, false
+	}
+	return v.pods[te.shard].Effective(now, id, lc.own)
+}
+
 // ownLocked is a budget's floor in this region by the pod's own reading of
 // the policy. v.mu held.
 func (v *view) ownLocked(b shares.Budget) shares.Ceiling {
@@ -277,6 +295,15 @@ func (v *view) ownTenantLocked(id string) shares.Ceiling {
 		over = &rec.Budget
 	}
 	tenant, name := shares.SplitBudgetID(id)
+	if lim, _, keyed := strings.Cut(name, "="); keyed {
+		// A key's share of a global limit.
+		for _, l := range v.doc.KeyLimits() {
+			if l.Name == lim {
+				return v.ownLocked(v.doc.KeyBudget(&l).Shares())
+			}
+		}
+		return shares.Ceiling{}
+	}
 	b, ok := v.doc.NamedBudget(tenant, name, over)
 	if !ok {
 		return shares.Ceiling{}

@@ -245,6 +245,7 @@ func (a *Allocator) classOf(id string) int32 {
 	if name == "" {
 		return 0
 	}
+	name = BudgetClass(name)
 	if cl, ok := a.classes[name]; ok {
 		return cl
 	}

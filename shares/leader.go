@@ -440,7 +440,8 @@ func (l *Leader) SetDefault(b *Budget) {
 	}
 }
 
-// SetNamedDefault is SetDefault for the named budget name (see BudgetID):
+// SetNamedDefault is SetDefault for the named budget name (see BudgetID),
+// or for every key of a global limit with name "LIMIT=" (KeyBudgetID):
 // the budget of a tenant's budget of that name when it has none of its own
 // (SetBudgets), nil when there is none. Its floor in each region is the
 // cold floor of budgets of that name.
@@ -488,7 +489,7 @@ func (l *Leader) defaultFor(id string) *Budget {
 	if name == "" {
 		return l.deflt
 	}
-	cl, ok := l.alloc.classes[name]
+	cl, ok := l.alloc.classes[BudgetClass(name)]
 	if !ok {
 		return nil
 	}
@@ -900,6 +901,14 @@ func (l *Leader) accumulate(reg *leaderRegion, r PodReport, now time.Time) {
 			pu.use = append(pu.use, Usage{Offered: u.Offered / secs, Admitted: u.Admitted / secs})
 		}
 	}
+	// Traffic, for IdleTimeout, is what the pod reports now: the rates
+	// merged below decay geometrically when a pod reports more often than
+	// Interval, and a tenant it stopped seeing would never reach zero.
+	for j, k := range pu.ids {
+		if pu.use[j].Offered > 0 || pu.use[j].Admitted > 0 {
+			l.used(int(k), now)
+		}
+	}
 	pu.span = r.Interval
 	if keep > 0 {
 		// Add r's units and make rates over keep + r.Interval.
@@ -1307,7 +1316,6 @@ func (l *Leader) fold(now time.Time) {
 		for _, k := range ids {
 			u := l.sum[k]
 			if u.Offered > 0 || u.Admitted > 0 {
-				l.used(int(k), now)
 				reg.rates[k] = u
 				reg.ratesIDs = append(reg.ratesIDs, k)
 			}

@@ -106,3 +106,44 @@ func TestNamedBudgetSharedOnItsOwn(t *testing.T) {
 	}
 }
 
+// A pod that reports more often than the leader's interval merges each
+// report with part of its previous rates: a tenant it stopped seeing must
+// still go idle, and be forgotten, after IdleTimeout.
+func TestIdleWithFastReports(t *testing.T) {
+	r := newRig(t, 1, []string{"a", "b"}, map[string]shares.Budget{}, "a/1", "b/1")
+	r.cfg.IdleTimeout = 3 * time.Second
+	r.newLeader(1)
+	r.learn("t0", nil)
+	send := func(id string, use map[string]shares.Usage) {
+		p := r.pods[id]
+		term, applied := p.State()
+		heard, renewed, leased := p.Standing(r.now)
+		a, err := r.l.Report(r.now, shares.PodReport{Region: r.region[id], Pod: id, Term: term, Applied: applied,
+			Interval: 100 * time.Millisecond, Usage: use, Held: p.Held(), Heard: heard, RenewedBy: renewed, Leased: leased})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Answered(r.now, r.now, a, r.own(id))
+	}
+	busy := map[string]shares.Usage{"t7": {Offered: 5, Admitted: 5}}
+	for i := range 30 { // 3 s of reports every 100 ms, rebalances every second
+		send("a/1", busy)
+		send("b/1", nil)
+		r.step(100 * time.Millisecond)
+		if i%10 == 9 {
+			r.rebalance()
+		}
+	}
+	if _, ok := r.l.Allocator().Grants("t7")["a"]; !ok {
+		t.Fatal("t7 was never granted: the test needs it tracked")
+	}
+	for range 150 { // 15 s without t7's traffic
+		send("a/1", nil)
+		send("b/1", nil)
+		r.step(100 * time.Millisecond)
+		r.rebalance()
+	}
+	if n := r.l.Tenants(); n != 0 {
+		t.Errorf("the leader still tracks %d tenants 15 s after the last traffic (IdleTimeout 3 s): t7 grants %v, t0 grants %v", n, r.l.Allocator().Grants("t7"), r.l.Allocator().Grants("t0"))
+	}
+}

@@ -293,7 +293,7 @@ func (p *Pod) Effective(now time.Time, tenant string, own Ceiling) (rate float64
 		// lacking the tenant.
 		cold := p.cold
 		if _, name := SplitBudgetID(tenant); name != "" {
-			cold = p.coldNamed[name]
+			cold = p.coldNamed[BudgetClass(name)]
 		}
 		return min(cold.Rate, own.Rate), min(cold.Burst, own.Burst), false
 	}

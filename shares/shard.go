@@ -1,6 +1,9 @@
 package shares
 
-import "strings"
+import (
+	"net/url"
+	"strings"
+)
 
 // ShardOf returns the coordinator shard of a tenant, or of one of its
 // budgets (a BudgetID: the tenant's shard), among n shards: FNV-1a (64 bit)
@@ -44,4 +47,35 @@ func SplitBudgetID(id string) (tenant, name string) {
 		return id[:i], id[i+1:]
 	}
 	return id, ""
+}
+
+// KeyBudgetID is the ID of one key's share of a global limit keyed by more
+// than the tenant (a user, an API key): tenant/LIMIT=V1,V2 with the key's
+// descriptor values query-escaped, so that the name holds no '/' of its
+// own beyond the values' escapes. Every key of the limit is shared on its
+// own, under the default budget of class "LIMIT=" (see BudgetClass).
+func KeyBudgetID(tenant, limit string, values ...string) string {
+	var b strings.Builder
+	b.Grow(len(tenant) + len(limit) + 2 + 8*len(values))
+	b.WriteString(tenant)
+	b.WriteByte('/')
+	b.WriteString(limit)
+	b.WriteByte('=')
+	for i, v := range values {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(url.QueryEscape(v))
+	}
+	return b.String()
+}
+
+// BudgetClass is the class of a budget's name (SplitBudgetID): the name of
+// a named budget, "LIMIT=" for a key of a global limit (KeyBudgetID). The
+// leader's defaults and the pods' cold floors are kept per class.
+func BudgetClass(name string) string {
+	if i := strings.IndexByte(name, '='); i >= 0 {
+		return name[:i+1]
+	}
+	return name
 }

@@ -98,7 +98,7 @@ func (e *apiError) Error() string {
 // non-2xx answer is an *apiError.
 func (c *adminClient) do(ctx context.Context, method, path string, query url.Values, body io.Reader, ctype string, out any) (err error) {
 	u := *c.base
-	path, rawQuery, _ := strings.Cut(path, "?") // (budgetPath's; tenantPath escapes '?')
+	path, rawQuery, _ := strings.Cut(path, "?")            // (budgetPath's; tenantPath escapes '?')
 	raw := strings.TrimSuffix(u.EscapedPath(), "/") + path // path is escaped already
 	if u.Path, err = url.PathUnescape(raw); err != nil {
 		return err
