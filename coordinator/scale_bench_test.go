@@ -25,13 +25,18 @@ import (
 // once it is dropped); the bytes of one report and of one steady answer on
 // the wire; and the grant changes per interval at steady state. Nothing is
 // written to etcd: the leader holds every grant in memory.
+//
+// The keys=N cases are the same load on N keys of one tenant's global
+// per-user limit (shares.KeyBudgetID) instead of N tenants: keys carry no
+// budget of their own, only the limit's default.
 func BenchmarkLeaderScale(b *testing.B) {
 	for _, n := range []int{10_000, 100_000} {
-		b.Run(fmt.Sprintf("tenants=%d", n), func(b *testing.B) { benchLeaderScale(b, n) })
+		b.Run(fmt.Sprintf("tenants=%d", n), func(b *testing.B) { benchLeaderScale(b, n, false) })
 	}
+	b.Run("keys=10000", func(b *testing.B) { benchLeaderScale(b, 10_000, true) })
 }
 
-func benchLeaderScale(b *testing.B, n int) {
+func benchLeaderScale(b *testing.B, n int, keyed bool) {
 	regions := []string{"us-east", "eu-west", "ap-south"}
 	const podsPerRegion = 4
 	now := time.Unix(1_800_000_000, 0)
@@ -41,9 +46,14 @@ func benchLeaderScale(b *testing.B, n int) {
 		b.Fatal(err)
 	}
 	l.SetDefault(&shares.Budget{Rate: 100, Burst: 20})
+	l.SetNamedDefault("user=", &shares.Budget{Rate: 100, Burst: 20})
 	names := make([]string, n)
 	budgets := make(map[string]shares.Budget, n)
 	for i := range names {
+		if keyed {
+			names[i] = shares.KeyBudgetID("tenant-0000001", "user", fmt.Sprintf("user-%07d", i))
+			continue
+		}
 		names[i] = fmt.Sprintf("tenant-%07d", i)
 		budgets[names[i]] = shares.Budget{Rate: 100, Burst: 20}
 	}
