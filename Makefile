@@ -10,6 +10,12 @@ GOLANGCI_LINT_VERSION := v2.15.0
 BENCHTIME ?= 2s
 BENCHCOUNT ?= 6
 FUZZTIME ?= 20s
+# The repository's Go modules that make lint and make verify cover: allot
+# itself; e2e and deploy/images, their own modules so that allot's go.mod
+# never carries testcontainers and the Docker client; internal/clientonly,
+# an application importing only the client (make check-client-deps).
+# bench/peers and deploy/deploycheck have their own targets.
+MODULES := . e2e deploy/images internal/clientonly
 
 .DEFAULT_GOAL := help
 
@@ -26,10 +32,13 @@ test: ## run every test against real redis-server (needs redis-server on PATH)
 	@command -v redis-server >/dev/null || { echo "make test: redis-server not found; install it (apt-get install -y redis-server) or run .ci/run" >&2; exit 1; }
 	@command -v nginx >/dev/null && command -v caddy >/dev/null || { echo "make test: nginx or caddy not found (deploy/proxies runs both); install them (apt-get install -y nginx caddy) or run .ci/run" >&2; exit 1; }
 	$(GO) vet $(PKGS)
-	$(GO) test -race -count=1 -timeout 15m $$($(GO) list $(PKGS) | grep -v -e /shares/protocheck -e '/e2e$$')
+	cd deploy/images && $(GO) vet ./...
+	cd e2e && $(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 15m $$($(GO) list $(PKGS) | grep -v -e /shares/protocheck)
+	cd deploy/images && $(GO) test -race -count=1 -timeout 5m ./...
 	@# The e2e short suite measures utilisation: alone, and without -race in
 	@# its load generator, so that the other packages' tests do not starve it.
-	$(GO) test -count=1 -timeout 10m ./e2e
+	cd e2e && $(GO) test -count=1 -timeout 10m .
 	$(GO) test -count=1 -timeout 5m ./shares/protocheck -run TestProtocol -seeds 2000 -v
 	$(MAKE) --no-print-directory test-envoy-compat
 
@@ -63,24 +72,49 @@ sim: build ## run every simulator scenario and print the table
 
 .PHONY: images
 images: ## build the e2e images offline (allot, allot-etcd, allot-redis; skipped when the tag for the current content exists)
-	$(GO) run ./deploy/images/build
+	cd deploy/images && $(GO) run ./build
 
 .PHONY: e2e
 e2e: images ## run the full e2e suite on real containers (Docker; every scenario, 3 etcd, 2 coordinators); writes e2e/out/report.md and plots
-	$(GO) test -p 1 -count=1 -tags e2e -timeout 40m -v ./e2e/...
+	cd e2e && $(GO) test -p 1 -count=1 -tags e2e -timeout 40m -v ./...
 
 .PHONY: lint
-lint: ## golangci-lint with .golangci.yml (installs the pinned version if missing)
+lint: ## golangci-lint with .golangci.yml over every module in MODULES (installs the pinned version if missing)
 	@test -x $(GOBIN)/golangci-lint || $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	$(GOBIN)/golangci-lint run $(PKGS)
+	@# The nested modules: each is linted from its own directory (golangci-lint
+	@# finds .golangci.yml above it); e2e with its full suite's tag too.
+	cd e2e && $(GOBIN)/golangci-lint run --build-tags e2e ./...
+	cd deploy/images && $(GOBIN)/golangci-lint run ./...
+	cd internal/clientonly && $(GOBIN)/golangci-lint run ./...
 
 .PHONY: verify
-verify: ## go mod tidy and gofmt leave no diff
-	$(GO) mod tidy
+verify: ## go mod tidy (every module in MODULES) and gofmt leave no diff; a client-only module pulls no Docker
+	@set -e; for m in $(MODULES); do echo "go mod tidy ($$m)"; (cd $$m && $(GO) mod tidy); done
 	@# Unformatted files to stderr (not tee /dev/stderr: that reopens, and
 	@# truncates, a log file stderr is redirected to).
 	@out=$$(gofmt -l . | grep -v '\.pb\.go$$'); if [ -n "$$out" ]; then echo "gofmt: not formatted:" >&2; echo "$$out" >&2; exit 1; fi
-	git diff --exit-code go.mod go.sum
+	git diff --exit-code $(foreach m,$(MODULES),$(m)/go.mod $(m)/go.sum)
+	@$(MAKE) --no-print-directory check-client-deps
+
+# Module paths no application importing only github.com/allot-dev/allot/client
+# may require (an extended regular expression).
+CLIENT_DENY := testcontainers|moby|docker|containerd
+
+.PHONY: check-client-deps
+check-client-deps: ## a module importing only allot's client (internal/clientonly) has no testcontainers, moby, Docker or containerd module in its graph
+	@# Its own go.mod, or the graph listed would be allot's.
+	@self=$$(cd internal/clientonly && $(GO) list -m) && [ "$$self" = github.com/allot-dev/allot/internal/clientonly ] \
+	  || { echo "check-client-deps: internal/clientonly is not the module github.com/allot-dev/allot/internal/clientonly (go.mod missing?)" >&2; exit 1; }; \
+	mods=$$(cd internal/clientonly && $(GO) list -m all) || { echo "check-client-deps: go list -m all in internal/clientonly failed" >&2; exit 1; }; \
+	bad=$$(grep -E '$(CLIENT_DENY)' <<<"$$mods" || true); \
+	if [ -n "$$bad" ]; then \
+	  echo "check-client-deps: FAIL: a module importing only github.com/allot-dev/allot/client requires these modules (matching $(CLIENT_DENY)):" >&2; \
+	  sed 's/^/  /' <<<"$$bad" >&2; \
+	  echo "(go mod why -m MODULE, in internal/clientonly, says which import brings each)" >&2; \
+	  exit 1; \
+	fi; \
+	echo "check-client-deps: ok ($$(wc -l <<<"$$mods") modules in internal/clientonly's graph, none matching $(CLIENT_DENY))"
 
 .PHONY: demo
 demo: build ## run allot dev --traffic: etcd, a coordinator, three regions and live demo traffic (Ctrl-C stops)

@@ -31,14 +31,16 @@
 //
 // # Suites
 //
-// `go test ./e2e/` (part of `make test`) runs the short suite: skew,
-// partition and Redis outage. `go test -tags e2e ./e2e/` (`make e2e`) runs
-// the full suite: every scenario, three etcd nodes and two coordinators, and
-// the nemesis for each seed of E2E_NEMESIS_SEEDS (default 1,2,3,4,5; "none"
-// runs none): a seeded schedule of single-link cuts, pod and leader kills,
-// the leader cut from etcd, Redis paused and stopped, budget and
-// floor-fraction changes, under load, with I4 checked against the budget in
-// force.
+// The package is a module of its own (e2e/go.mod; with deploy/images, so
+// that allot's go.mod carries neither testcontainers nor the Docker client):
+// run it from this directory. `go test .` (`make test` runs it) runs the
+// short suite: skew, partition and Redis outage. `go test -tags e2e ./...`
+// (`make e2e`) runs the full suite: every scenario, three etcd nodes and
+// two coordinators, and the nemesis for each seed of E2E_NEMESIS_SEEDS
+// (default 1,2,3,4,5; "none" runs none): a seeded schedule of single-link
+// cuts, pod and leader kills, the leader cut from etcd, Redis paused and
+// stopped, budget and floor-fraction changes, under load, with I4 checked
+// against the budget in force.
 // Every run writes out/report.md and a plot per scenario, with the
 // simulator's prediction for the same profile beside each measurement.
 //

@@ -1,6 +1,8 @@
 // Package images builds allot's container images offline, for the e2e suite
 // and the compose file: the Docker engine here reaches no registry, so every
 // image starts FROM scratch and is assembled from files on this machine.
+// It is a module of its own (deploy/images/go.mod), so that allot's go.mod
+// never carries the Docker client; `make images` runs `go run ./build` here.
 //
 //   - allot:<hash>: the static allot binary (CGO_ENABLED=0, -trimpath) with
 //     deploy/Dockerfile.

@@ -45,8 +45,9 @@ var ErrBuild = errors.New("image build failed")
 
 // Config says where the repository is and how to talk.
 type Config struct {
-	// Root is the directory of allot's go.mod (default: found with
-	// `go env GOMOD` from the working directory).
+	// Root is the directory of allot's go.mod (default: the module of the
+	// working directory, `go env GOMOD`, or from a nested module such as
+	// e2e the nearest directory above it whose go.mod is allot's).
 	Root string
 	// Go is the go command (default: "go" on PATH, else $GOROOT/bin/go).
 	Go string
@@ -517,6 +518,13 @@ func goCommand() string {
 	return "go"
 }
 
+// rootModule is the module path of allot's go.mod, the one whose directory
+// is Config.Root.
+const rootModule = "github.com/allot-dev/allot"
+
+// moduleRoot finds allot's go.mod: the working directory's module, or, from
+// a nested module of the repository (e2e, deploy/images), the nearest
+// directory above it whose go.mod declares rootModule.
 func moduleRoot(ctx context.Context, goCmd string) (string, error) {
 	out, err := exec.CommandContext(ctx, goCmd, "env", "GOMOD").Output()
 	if err != nil {
@@ -526,7 +534,36 @@ func moduleRoot(ctx context.Context, goCmd string) (string, error) {
 	if mod == "" || mod == os.DevNull {
 		return "", errors.New("not inside allot's module: run from the repository (or set Config.Root)")
 	}
-	return filepath.Dir(mod), nil
+	return rootAbove(filepath.Dir(mod))
+}
+
+// rootAbove returns dir or the nearest directory above it whose go.mod
+// declares rootModule.
+func rootAbove(dir string) (string, error) {
+	for d := dir; ; d = filepath.Dir(d) {
+		if modulePath(filepath.Join(d, "go.mod")) == rootModule {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("no go.mod of %s at or above %s: run from the repository (or set Config.Root)", rootModule, dir)
+		}
+	}
+}
+
+// modulePath returns the path the module directive of the go.mod at file
+// declares, or "" when there is no such file or directive.
+func modulePath(file string) string {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "module" {
+			return strings.Trim(f[1], `"`)
+		}
+	}
+	return ""
 }
 
 // goOut runs the go command in dir with extra environment and returns its

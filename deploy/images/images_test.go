@@ -104,3 +104,36 @@ func TestHasher(t *testing.T) {
 		t.Errorf("tag length %d, want 12", got)
 	}
 }
+
+// From a nested module (e2e, deploy/images) the root is the nearest
+// directory above whose go.mod is allot's, not the nested module's own.
+func TestRootAbove(t *testing.T) {
+	root := t.TempDir()
+	write := func(rel, content string) {
+		t.Helper()
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("go.mod", "// allot\nmodule github.com/allot-dev/allot // the root\n\ngo 1.26.0\n")
+	write("e2e/go.mod", "module github.com/allot-dev/allot/e2e\n\ngo 1.26.0\n")
+	write("deploy/images/go.mod", "module \"github.com/allot-dev/allot/deploy/images\"\n")
+	write("deploy/images/build/x.go", "package main\n")
+	for _, dir := range []string{"", "e2e", "deploy/images", "deploy/images/build"} {
+		got, err := rootAbove(filepath.Join(root, dir))
+		if err != nil || got != root {
+			t.Errorf("rootAbove(%q) = %q, %v; want %q", dir, got, err, root)
+		}
+	}
+	other := t.TempDir()
+	if err := os.WriteFile(filepath.Join(other, "go.mod"), []byte("module example.com/allot\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := rootAbove(other); err == nil {
+		t.Errorf("rootAbove(a module that is not allot's) = %q, want an error", got)
+	}
+}

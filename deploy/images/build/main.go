@@ -1,7 +1,9 @@
 // Command build makes allot's e2e images (allot, allot-etcd, allot-redis)
 // offline, skipping each one whose tag for the current content exists:
 //
-//	go run ./deploy/images/build [-force]
+//	cd deploy/images && go run ./build [-force]
+//
+// (deploy/images is a module of its own; `make images` runs this.)
 //
 // It prints the image references on stdout, progress on stderr.
 package main
