@@ -39,6 +39,7 @@ import (
 	"github.com/allot-dev/allot/gcra/redisstore"
 	"github.com/allot-dev/allot/internal/envoycompat"
 	"github.com/allot-dev/allot/internal/envoyxds"
+	"github.com/allot-dev/allot/internal/serve"
 	"github.com/allot-dev/allot/internal/tlsconfig"
 	"github.com/allot-dev/allot/policy/envoyconf"
 	"github.com/allot-dev/allot/regional"
@@ -275,11 +276,11 @@ func runEnvoy(ctx context.Context, s *streams, env func(string) (string, bool), 
 			return g.Wait()
 		}
 	}
-	g.Go(func() error { return ignoreClosed(gs.Serve(ls.grpc)) })
-	g.Go(func() error { return ignoreClosed(httpSrv.Serve(ls.http)) })
-	g.Go(func() error { return ignoreClosed(debugSrv.Serve(ls.debug)) })
+	g.Go(func() error { return serve.IgnoreClosed(gs.Serve(ls.grpc)) })
+	g.Go(func() error { return serve.IgnoreClosed(httpSrv.Serve(ls.http)) })
+	g.Go(func() error { return serve.IgnoreClosed(debugSrv.Serve(ls.debug)) })
 	if promSrv != nil {
-		g.Go(func() error { return ignoreClosed(promSrv.Serve(ls.prom)) })
+		g.Go(func() error { return serve.IgnoreClosed(promSrv.Serve(ls.prom)) })
 	}
 	g.Go(func() error {
 		t := time.NewTicker(500 * time.Millisecond)
@@ -309,7 +310,9 @@ func runEnvoy(ctx context.Context, s *streams, env func(string) (string, bool), 
 		if promSrv != nil {
 			_ = promSrv.Shutdown(sctx)
 		}
-		stopGRPC(gs, 5*time.Second)
+		gctx, gcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer gcancel()
+		serve.StopGRPC(gctx, gs)
 		return nil
 	})
 	source := rt.Dir()

@@ -2,8 +2,6 @@ package main
 
 import (
 	"crypto/tls"
-	"net"
-	"net/http"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -52,15 +50,6 @@ func serverOptions(s tlsconfig.Server) ([]grpc.ServerOption, *tls.Config, error)
 		return nil, nil, err
 	}
 	return []grpc.ServerOption{grpc.Creds(creds)}, hc, nil
-}
-
-// serveHTTP serves srv on l, with TLS when tc is set.
-func serveHTTP(srv *http.Server, l net.Listener, tc *tls.Config) error {
-	if tc == nil {
-		return srv.Serve(l)
-	}
-	srv.TLSConfig = tc
-	return srv.ServeTLS(l, "", "")
 }
 
 // etcdTLS applies c to an etcd client config; https:// endpoints turn TLS on.

@@ -27,7 +27,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -37,6 +36,7 @@ import (
 	"github.com/allot-dev/allot/gcra"
 	"github.com/allot-dev/allot/gcra/memstore"
 	"github.com/allot-dev/allot/gcra/redisstore"
+	"github.com/allot-dev/allot/internal/serve"
 	"github.com/allot-dev/allot/internal/state"
 	"github.com/allot-dev/allot/policy"
 	"github.com/allot-dev/allot/regional"
@@ -281,46 +281,36 @@ func Run(ctx context.Context, cfg Config, started func(*Cluster)) error {
 		runs = append(runs, regionRun{svc: svc, gs: gs, l: l, hs: hs, rc: rc})
 		cl.Regions = append(cl.Regions, &Region{Name: name, Service: svc, GRPCAddr: l.Addr().String(), Store: kind})
 	}
-	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return coord.Run(gctx) })
-	g.Go(func() error { return ignoreClosed(cgs.Serve(cgl)) })
+	// One composition, as allot regional and allot coordinator: the
+	// listeners drain before the coordinator and the regions stop.
+	g := serve.Group{Drain: 5 * time.Second, ReadyEvery: 20 * time.Millisecond}
+	g.HTTP(&http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, hl, nil)
+	g.GRPC(cgs, cgl)
+	components := []func(context.Context) error{coord.Run}
 	for _, r := range runs {
-		g.Go(func() error { return r.svc.Run(gctx) })
-		g.Go(func() error { return ignoreClosed(r.gs.Serve(r.l)) })
+		g.GRPC(r.gs, r.l)
+		g.Health(r.hs)
+		components = append(components, r.svc.Run)
 	}
-	g.Go(func() error { return ignoreClosed(httpSrv.Serve(hl)) })
-	g.Go(func() error {
-		<-gctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = httpSrv.Shutdown(sctx)
+	ready := func() bool {
 		for _, r := range runs {
-			r.hs.Shutdown()
-			r.gs.Stop()
+			if !r.svc.Ready() {
+				return false
+			}
 		}
-		cgs.Stop()
-		return nil
-	})
-	// Wait until every region is ready, then announce.
-	g.Go(func() error {
-		for {
-			ready := true
-			for _, r := range runs {
-				ready = ready && r.svc.Ready()
-			}
-			if ready {
-				break
-			}
+		return true
+	}
+	g.Ready = ready
+	// Announce once every region is ready.
+	components = append(components, func(ctx context.Context) error {
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for !ready() {
 			select {
-			case <-gctx.Done():
+			case <-ctx.Done():
 				return nil
-			case <-time.After(20 * time.Millisecond):
+			case <-t.C:
 			}
-		}
-		for _, r := range runs {
-			r.hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 		}
 		log.Info("allot dev ready", "http", cl.HTTPAddr)
 		if started != nil {
@@ -328,7 +318,7 @@ func Run(ctx context.Context, cfg Config, started func(*Cluster)) error {
 		}
 		return nil
 	})
-	return g.Wait()
+	return g.Run(ctx, components...)
 }
 
 // applyPolicy applies doc when etcd holds another (or none).
@@ -408,11 +398,4 @@ func freeURL() (url.URL, error) {
 	addr := l.Addr().String()
 	_ = l.Close()
 	return url.URL{Scheme: "http", Host: addr}, nil
-}
-
-func ignoreClosed(err error) error {
-	if err == nil || errors.Is(err, http.ErrServerClosed) || errors.Is(err, grpc.ErrServerStopped) || errors.Is(err, net.ErrClosed) {
-		return nil
-	}
-	return err
 }
