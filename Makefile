@@ -75,12 +75,16 @@ lint: ## golangci-lint with .golangci.yml (installs the pinned version if missin
 	$(GOBIN)/golangci-lint run $(PKGS)
 
 .PHONY: verify
-verify: ## go mod tidy and gofmt leave no diff
+verify: ## go mod tidy, gofmt and make proto leave no diff
 	$(GO) mod tidy
 	@# Unformatted files to stderr (not tee /dev/stderr: that reopens, and
 	@# truncates, a log file stderr is redirected to).
 	@out=$$(gofmt -l . | grep -v '\.pb\.go$$'); if [ -n "$$out" ]; then echo "gofmt: not formatted:" >&2; echo "$$out" >&2; exit 1; fi
 	git diff --exit-code go.mod go.sum
+	@# The generated code must be what the .proto files and the pinned
+	@# plugins (.ci/run installs them) produce.
+	$(MAKE) --no-print-directory proto
+	@git diff --exit-code -- 'proto/*.pb.go' && test -z "$$(git status --porcelain -- 'proto/*.pb.go')" || { echo "verify: make proto changed proto/ (see above): commit the regenerated code, or install protoc-gen-go and protoc-gen-go-grpc at the versions in .ci/run" >&2; git status --short -- 'proto/*.pb.go' >&2; exit 1; }
 
 .PHONY: demo
 demo: build ## run allot dev --traffic: etcd, a coordinator, three regions and live demo traffic (Ctrl-C stops)
