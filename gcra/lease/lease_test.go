@@ -315,10 +315,15 @@ func TestWaitHonoursContext(t *testing.T) {
 	wait.Until(t, 5*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		defer cancel()
-		if _, err := p.Decide(ctx, req); !errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("second decision = %v, want a deadline error while the key is being refilled", err)
+		_, err := p.Decide(ctx, req)
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+			return nil
+		case err == nil:
+			return errors.New("second decision answered, want a deadline error while the key is being refilled")
+		default:
+			return fmt.Errorf("second decision: %w; want a deadline error while the key is being refilled", err)
 		}
-		return nil
 	})
 	close(b.release)
 	if err := <-first; err != nil {
