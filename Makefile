@@ -89,13 +89,17 @@ lint: ## golangci-lint with .golangci.yml over every module in MODULES (installs
 	cd internal/clientonly && $(GOBIN)/golangci-lint run ./...
 
 .PHONY: verify
-verify: ## go mod tidy (every module in MODULES) and gofmt leave no diff; a client-only module pulls no Docker
+verify: ## go mod tidy (every module in MODULES), gofmt and make proto leave no diff; a client-only module pulls no Docker
 	@set -e; for m in $(MODULES); do echo "go mod tidy ($$m)"; (cd $$m && $(GO) mod tidy); done
 	@# Unformatted files to stderr (not tee /dev/stderr: that reopens, and
 	@# truncates, a log file stderr is redirected to).
 	@out=$$(gofmt -l . | grep -v '\.pb\.go$$'); if [ -n "$$out" ]; then echo "gofmt: not formatted:" >&2; echo "$$out" >&2; exit 1; fi
 	git diff --exit-code $(foreach m,$(MODULES),$(m)/go.mod $(m)/go.sum)
 	@$(MAKE) --no-print-directory check-client-deps
+	@# The generated code must be what the .proto files and the pinned
+	@# plugins (.ci/run installs them) produce.
+	$(MAKE) --no-print-directory proto
+	@git diff --exit-code -- 'proto/*.pb.go' && test -z "$$(git status --porcelain -- 'proto/*.pb.go')" || { echo "verify: make proto changed proto/ (see above): commit the regenerated code, or install protoc-gen-go and protoc-gen-go-grpc at the versions in .ci/run" >&2; git status --short -- 'proto/*.pb.go' >&2; exit 1; }
 
 # Module paths no application importing only github.com/allot-dev/allot/client
 # may require (an extended regular expression).

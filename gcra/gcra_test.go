@@ -32,7 +32,8 @@ func runSteps(t *testing.T, l Limit, base int64, steps []step) {
 	}
 }
 
-// The seed's traced sequence, verbatim: 5/s, burst 3, so T = 200,000 µs.
+// The seed's traced sequence, verbatim, then a step back in time: 5/s,
+// burst 3, so T = 200,000 µs.
 func TestSeedTrace(t *testing.T) {
 	l, err := NewLimit(PerSecond(5), 3)
 	if err != nil {
@@ -50,6 +51,14 @@ func TestSeedTrace(t *testing.T) {
 		{0, false, 0, 200 * time.Millisecond},
 		{250_000, true, 0, 0},
 		{250_000, false, 0, 150 * time.Millisecond},
+		// Past the seed's trace, the clock goes back to 100 ms, before the
+		// last two steps. TAT is 800 ms, so tat = max(TAT, now) = 800 ms,
+		// allow_at = 800 + 200 − 600 = 400 ms > now: denied, conforming
+		// 300 ms later, as a request at 250 ms conformed at 400 ms too.
+		{100_000, false, 0, 300 * time.Millisecond},
+		// The denial changed nothing: at 400 ms exactly one unit conforms.
+		{400_000, true, 0, 0},
+		{400_000, false, 0, 200 * time.Millisecond},
 	}
 	runSteps(t, l, base, steps)
 }

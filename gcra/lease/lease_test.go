@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/allot-dev/allot/gcra/memstore"
 	"github.com/allot-dev/allot/gcra/redisstore"
 	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/wait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -310,18 +312,19 @@ func TestWaitHonoursContext(t *testing.T) {
 		first <- err
 	}()
 	// Wait until the first decision holds the key (it is blocked in the store).
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	wait.Until(t, 5*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
 		_, err := p.Decide(ctx, req)
-		cancel()
-		if errors.Is(err, context.DeadlineExceeded) {
-			break
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+			return nil
+		case err == nil:
+			return errors.New("second decision answered, want a deadline error while the key is being refilled")
+		default:
+			return fmt.Errorf("second decision: %w; want a deadline error while the key is being refilled", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("second decision = %v, want a deadline error while the key is being refilled", err)
-		}
-	}
+	})
 	close(b.release)
 	if err := <-first; err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/allot-dev/allot/internal/wait"
 	"github.com/allot-dev/allot/policy"
 )
 
@@ -49,24 +50,20 @@ func TestSharesFollowTraffic(t *testing.T) {
 	go load.Run(lctx, cl.Regions)
 
 	// Let shares converge (grants ordered like demand), then measure 3 s.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	wait.Until(t, 20*time.Second, func() error {
 		v, err := cl.Coordinator.Shares(ctx, "t1", "")
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		g := map[string]float64{}
 		for _, s := range v.Regions {
 			g[s.Region] = s.Rate
 		}
 		if g["us-east"] > 2*g["eu-west"] && g["eu-west"] > g["ap-south"] {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("grants never followed demand: %v", g)
-		}
-		<-time.After(100 * time.Millisecond)
-	}
+		return fmt.Errorf("grants do not follow demand: %v", g)
+	})
 	<-time.After(time.Second)
 	before := load.Counts()
 	t0 := time.Now()

@@ -16,29 +16,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
+
+	"github.com/allot-dev/allot/internal/wait"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// eventually polls fn until it returns nil or within has passed.
-func eventually(t *testing.T, within time.Duration, fn func() error) time.Duration {
-	t.Helper()
-	start := time.Now()
-	deadline := start.Add(within)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := fn()
-		if err == nil {
-			return time.Since(start)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %v", within, err)
-		}
-		<-tick.C
-	}
 }
 
 func testConfig(region, name string) Config {
@@ -129,7 +112,7 @@ func threeNodes(t *testing.T, region string, reg prometheus.Registerer) (a, b, c
 	a = start(t, ca)
 	b = start(t, joinTo(testConfig(region, "b"), a))
 	c = start(t, joinTo(testConfig(region, "c"), a))
-	eventually(t, 5*time.Second, wantPods(3, a, b, c))
+	wait.Until(t, 5*time.Second, wantPods(3, a, b, c))
 	for _, n := range []*node{a, b, c} {
 		if got, want := n.m.Members(), []string{"a", "b", "c"}; !slices.Equal(got, want) {
 			t.Fatalf("%s: Members() = %v, want %v", n.m.Name(), got, want)
@@ -148,7 +131,9 @@ func TestLeaveIsSeenQuickly(t *testing.T) {
 	if got := c.m.LivePods(); got != 1 {
 		t.Errorf("stopped c: LivePods() = %d, want 1", got)
 	}
-	took := eventually(t, 3*time.Second, wantPods(2, a, b))
+	left := time.Now()
+	wait.Until(t, 3*time.Second, wantPods(2, a, b))
+	took := time.Since(left)
 	t.Logf("graceful leave seen by both survivors after %v", took)
 	if got := testutil.ToFloat64(eventsOf(reg, "join")); got != 2 {
 		t.Errorf("a: events{join} = %v, want 2", got)
@@ -169,7 +154,9 @@ func TestDeathIsSeenWithinSeconds(t *testing.T) {
 		t.Fatalf("c: Run = %v", err)
 	}
 	// Default timings, three pods: probe within ~1 s, suspicion 1.5–4.5 s.
-	took := eventually(t, 8*time.Second, wantPods(2, a, b))
+	killed := time.Now()
+	wait.Until(t, 8*time.Second, wantPods(2, a, b))
+	took := time.Since(killed)
 	t.Logf("silent death seen by both survivors after %v", took)
 	if got := testutil.ToFloat64(eventsOf(reg, "fail")); got != 1 {
 		t.Errorf("a: events{fail} = %v, want 1", got)
@@ -232,7 +219,7 @@ func TestOthersAreNotCounted(t *testing.T) {
 			}
 			a := start(t, cfg("a", tt.mod))
 			b := start(t, joinTo(cfg("b", tt.mod), a))
-			eventually(t, 5*time.Second, wantPods(2, a, b))
+			wait.Until(t, 5*time.Second, wantPods(2, a, b))
 
 			reg := prometheus.NewRegistry()
 			xc := joinTo(cfg("x", tt.peer), a, b)
@@ -240,7 +227,7 @@ func TestOthersAreNotCounted(t *testing.T) {
 			x := start(t, xc)
 			// x keeps trying and failing; by its third failed attempt a and
 			// b have had every chance to let it in.
-			eventually(t, 5*time.Second, func() error {
+			wait.Until(t, 5*time.Second, func() error {
 				if got := testutil.ToFloat64(joinsOf(reg, xc.Region, "error")); got < 3 {
 					return fmt.Errorf("x: join errors = %v, want ≥ 3", got)
 				}
@@ -266,7 +253,7 @@ func TestSameKeyJoins(t *testing.T) {
 	ca.SecretKey, cb.SecretKey = key, key
 	a := start(t, ca)
 	b := start(t, joinTo(cb, a))
-	eventually(t, 5*time.Second, wantPods(2, a, b))
+	wait.Until(t, 5*time.Second, wantPods(2, a, b))
 }
 
 func TestJoinRetriesUntilSeedAnswers(t *testing.T) {
@@ -277,7 +264,7 @@ func TestJoinRetriesUntilSeedAnswers(t *testing.T) {
 	cb.Join = []string{seed}
 	cb.Registerer = reg
 	b := start(t, cb)
-	eventually(t, 5*time.Second, func() error {
+	wait.Until(t, 5*time.Second, func() error {
 		if got := testutil.ToFloat64(joinsOf(reg, "us-east", "error")); got < 2 {
 			return fmt.Errorf("b: join errors = %v, want ≥ 2", got)
 		}
@@ -289,7 +276,7 @@ func TestJoinRetriesUntilSeedAnswers(t *testing.T) {
 	ca := testConfig("us-east", "a")
 	ca.BindAddr = seed
 	a := start(t, ca)
-	eventually(t, 5*time.Second, wantPods(2, a, b))
+	wait.Until(t, 5*time.Second, wantPods(2, a, b))
 }
 
 // A seed list that includes the pod itself (a headless service resolving
@@ -303,9 +290,9 @@ func TestJoinIncludingSelf(t *testing.T) {
 	ca.RejoinInterval = 100 * time.Millisecond
 	a := start(t, ca)
 	b := start(t, joinTo(testConfig("us-east", "b"), a))
-	eventually(t, 5*time.Second, wantPods(2, a, b))
+	wait.Until(t, 5*time.Second, wantPods(2, a, b))
 	// Several rejoins later: still two, no errors, b joined once.
-	eventually(t, 5*time.Second, func() error {
+	wait.Until(t, 5*time.Second, func() error {
 		if got := testutil.ToFloat64(joinsOf(reg, "us-east", "ok")); got < 5 {
 			return fmt.Errorf("a: successful joins = %v, want ≥ 5", got)
 		}
@@ -328,18 +315,18 @@ func TestRejoinHealsSplit(t *testing.T) {
 	cb := joinTo(testConfig("us-east", "b"), a)
 	cb.RejoinInterval = 200 * time.Millisecond
 	b := start(t, cb)
-	eventually(t, 5*time.Second, wantPods(2, a, b))
+	wait.Until(t, 5*time.Second, wantPods(2, a, b))
 
 	addr := a.m.Addr()
 	if err := a.kill(); err != nil {
 		t.Fatalf("a: Run = %v", err)
 	}
-	eventually(t, 8*time.Second, wantPods(1, b))
+	wait.Until(t, 8*time.Second, wantPods(1, b))
 	// A new pod at the seed address knows nobody; b's rejoin finds it.
 	ca := testConfig("us-east", "a2")
 	ca.BindAddr = addr
 	a2 := start(t, ca)
-	eventually(t, 5*time.Second, wantPods(2, a2, b))
+	wait.Until(t, 5*time.Second, wantPods(2, a2, b))
 }
 
 // freeAddr returns a loopback IP:port free for both TCP and UDP now.

@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -54,16 +55,6 @@ func (r *recorder) get(k string) (string, int) {
 	return r.kv[k], r.resets
 }
 
-func waitFor(t *testing.T, what string, fn func() bool) {
-	t.Helper()
-	wait.Until(t, 10*time.Second, func() error {
-		if !fn() {
-			return errors.New(what)
-		}
-		return nil
-	})
-}
-
 // A mirror follows puts and deletes, and when its watch cannot continue
 // (here: its start revision was compacted away) it reads everything again.
 func TestMirrorResyncsAfterCompaction(t *testing.T) {
@@ -84,7 +75,12 @@ func TestMirrorResyncsAfterCompaction(t *testing.T) {
 			errMu.Unlock()
 		})
 	}()
-	waitFor(t, "first reset", func() bool { v, _ := rec.get("/p/a"); return v == "1" })
+	wait.Until(t, 10*time.Second, func() error {
+		if v, _ := rec.get("/p/a"); v != "1" {
+			return fmt.Errorf("first reset: /p/a = %q, want 1", v)
+		}
+		return nil
+	})
 	// While the mirror is between its read and its watch, the revisions it
 	// would watch from are written and compacted away.
 	for _, v := range []string{"2", "3"} {
@@ -100,10 +96,13 @@ func TestMirrorResyncsAfterCompaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(rec.block)
-	waitFor(t, "resync after compaction", func() bool {
+	wait.Until(t, 10*time.Second, func() error {
 		v, n := rec.get("/p/a")
 		b, _ := rec.get("/p/b")
-		return v == "3" && b == "x" && n >= 2
+		if v != "3" || b != "x" || n < 2 {
+			return fmt.Errorf("resync after compaction: /p/a = %q, /p/b = %q after %d resets, want 3, x after 2 or more", v, b, n)
+		}
+		return nil
 	})
 	errMu.Lock()
 	if len(errs) == 0 || !errors.Is(errs[0], rpctypes.ErrCompacted) && !strings.Contains(errs[0].Error(), "compacted") {
@@ -117,10 +116,13 @@ func TestMirrorResyncsAfterCompaction(t *testing.T) {
 	if _, err := c.Put(ctx, "/p/c", "y"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "delete and put after the resync", func() bool {
+	wait.Until(t, 10*time.Second, func() error {
 		b, _ := rec.get("/p/b")
 		cv, _ := rec.get("/p/c")
-		return b == "" && cv == "y"
+		if b != "" || cv != "y" {
+			return fmt.Errorf("delete and put after the resync: /p/b = %q, /p/c = %q, want deleted, y", b, cv)
+		}
+		return nil
 	})
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/allot-dev/allot/internal/wait"
 	"github.com/allot-dev/allot/policy"
 )
 
@@ -154,7 +155,12 @@ func TestBudgetMirrorReportsDecodeErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(t, m.Run)
-	waitFor(t, "first reset", func() bool { ev, _ := h.snapshot(); return len(ev) > 0 })
+	wait.Until(t, 10*time.Second, func() error {
+		if ev, _ := h.snapshot(); len(ev) == 0 {
+			return errors.New("no first reset yet")
+		}
+		return nil
+	})
 
 	for i := range 4 {
 		put("a", fmt.Sprintf("%d/s", 10+i)) // versions 2 to 5
@@ -165,7 +171,12 @@ func TestBudgetMirrorReportsDecodeErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"reset a@1 b@1", "put a@2", "put a@3", "put a@4", "put a@5", "put c@1", "delete a"}
-	waitFor(t, "every change", func() bool { ev, _ := h.snapshot(); return len(ev) >= len(want) })
+	wait.Until(t, 10*time.Second, func() error {
+		if ev, _ := h.snapshot(); len(ev) < len(want) {
+			return fmt.Errorf("events %v, want %v", ev, want)
+		}
+		return nil
+	})
 	ev, revs := h.snapshot()
 	if !slices.Equal(ev, want) {
 		t.Errorf("handed over %q, want %q", ev, want)
@@ -242,7 +253,12 @@ func TestPolicyMirrorReportsDecodeErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(t, m.Run)
-	waitFor(t, "version 1", func() bool { v, _, _ := h.snapshot(); return len(v) == 1 })
+	wait.Until(t, 10*time.Second, func() error {
+		if v, _, _ := h.snapshot(); len(v) != 1 {
+			return fmt.Errorf("versions %v, want version 1", v)
+		}
+		return nil
+	})
 
 	raw := func(val string) {
 		t.Helper()
@@ -256,7 +272,12 @@ func TestPolicyMirrorReportsDecodeErrors(t *testing.T) {
 	if _, err := s.c.Put(ctx, s.PolicyKey()+"-not", "{"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "two decode errors", func() bool { return len(decoded.keys()) == 2 })
+	wait.Until(t, 10*time.Second, func() error {
+		if k := decoded.keys(); len(k) != 2 {
+			return fmt.Errorf("decode errors for %v, want two", k)
+		}
+		return nil
+	})
 	if v, _, rate := h.snapshot(); !slices.Equal(v, []int64{1}) || rate != "100/s" {
 		t.Fatalf("after two bad records the handler has versions %v (rate %s), want version 1 kept", v, rate)
 	}
@@ -266,7 +287,12 @@ func TestPolicyMirrorReportsDecodeErrors(t *testing.T) {
 	if _, err := s.RollbackPolicy(ctx, 1, 0); err != nil { // version 4, as 1
 		t.Fatal(err)
 	}
-	waitFor(t, "versions 3 and 4", func() bool { v, _, _ := h.snapshot(); return len(v) == 3 })
+	wait.Until(t, 10*time.Second, func() error {
+		if v, _, _ := h.snapshot(); len(v) != 3 {
+			return fmt.Errorf("versions %v, want 1, 3 and 4", v)
+		}
+		return nil
+	})
 	v, revs, rate := h.snapshot()
 	if !slices.Equal(v, []int64{1, 3, 4}) || rate != "100/s" {
 		t.Errorf("handed over versions %v (last rate %s), want [1 3 4] ending at version 1's 100/s", v, rate)
@@ -357,7 +383,12 @@ func TestPolicyMirrorResyncKeepsOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(t, m.Run)
-	waitFor(t, "version 1", func() bool { v, _, _ := h.snapshot(); return len(v) == 1 })
+	wait.Until(t, 10*time.Second, func() error {
+		if v, _, _ := h.snapshot(); len(v) != 1 {
+			return fmt.Errorf("versions %v, want version 1", v)
+		}
+		return nil
+	})
 	// While the mirror is between its read and its watch, etcd moves on
 	// (not the policy) and compacts.
 	if _, err := s.c.Put(ctx, s.PolicyKey()+"-other", "x"); err != nil {
@@ -371,11 +402,23 @@ func TestPolicyMirrorResyncKeepsOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(h.release)
-	waitFor(t, "a resync", func() bool { mu.Lock(); defer mu.Unlock(); return resyncs > 0 })
+	wait.Until(t, 10*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if resyncs == 0 {
+			return errors.New("no resync yet")
+		}
+		return nil
+	})
 	if _, err := s.ApplyPolicy(ctx, policyText(t, "200/s"), 0, ""); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "version 2", func() bool { v, _, _ := h.snapshot(); return len(v) >= 2 })
+	wait.Until(t, 10*time.Second, func() error {
+		if v, _, _ := h.snapshot(); len(v) < 2 {
+			return fmt.Errorf("versions %v, want version 2 after 1", v)
+		}
+		return nil
+	})
 	if v, _, rate := h.snapshot(); !slices.Equal(v, []int64{1, 2}) || rate != "200/s" {
 		t.Errorf("handed over versions %v (last rate %s), want [1 2]: version 1 once, despite the resync", v, rate)
 	}
