@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -25,7 +24,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -36,6 +34,7 @@ import (
 	"github.com/allot-dev/allot/gcra"
 	"github.com/allot-dev/allot/gcra/memstore"
 	"github.com/allot-dev/allot/gcra/redisstore"
+	"github.com/allot-dev/allot/internal/etcdembed"
 	"github.com/allot-dev/allot/internal/serve"
 	"github.com/allot-dev/allot/internal/state"
 	"github.com/allot-dev/allot/policy"
@@ -167,7 +166,7 @@ func Run(ctx context.Context, cfg Config, started func(*Cluster)) error {
 		}
 		defer os.RemoveAll(dir)
 	}
-	e, endpoint, err := startEtcd(dir)
+	e, endpoint, err := etcdembed.Start("dev", dir)
 	if err != nil {
 		return err
 	}
@@ -347,40 +346,6 @@ func applyPolicy(ctx context.Context, st *state.Store, doc string, regions []str
 	return err
 }
 
-func startEtcd(dir string) (*embed.Etcd, string, error) {
-	cfg := embed.NewConfig()
-	cfg.Name = "dev"
-	cfg.Dir = dir
-	cfg.LogLevel = "error"
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	client, err := freeURL()
-	if err != nil {
-		return nil, "", err
-	}
-	peer, err := freeURL()
-	if err != nil {
-		return nil, "", err
-	}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
-	cfg.InitialCluster = "dev=" + peer.String()
-	cfg.TickMs, cfg.ElectionMs = 10, 100
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return nil, "", fmt.Errorf("embedded etcd: %w", err)
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case err := <-e.Err():
-		e.Close()
-		return nil, "", fmt.Errorf("embedded etcd: %w", err)
-	case <-time.After(30 * time.Second):
-		e.Close()
-		return nil, "", errors.New("embedded etcd not ready within 30s")
-	}
-	return e, client.String(), nil
-}
-
 // newToken returns a random token of 32 hex digits.
 func newToken() (string, error) {
 	var b [16]byte
@@ -388,14 +353,4 @@ func newToken() (string, error) {
 		return "", fmt.Errorf("report token: %w", err)
 	}
 	return hex.EncodeToString(b[:]), nil
-}
-
-func freeURL() (url.URL, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return url.URL{}, err
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return url.URL{Scheme: "http", Host: addr}, nil
 }
