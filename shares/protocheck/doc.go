@@ -11,7 +11,10 @@
 //	≤ the largest budget R in force during the last D (bursts likewise ≤ B)
 //
 // where D (Config.Allowance) is how long a budget decrease may take to
-// reach every pod (a rebalance, a report and a lease). Budget changes that
+// reach every pod (a rebalance, a report and a lease). A pod that can learn
+// of a decrease from nobody (cut from etcd while no coordinator leads)
+// enforces the budget it last read: for it, D runs from when it reaches
+// etcd or a leader again. Budget changes that
 // keep R (mode, home, floor fraction) and region-set changes are checked
 // without allowance.
 //

@@ -184,6 +184,11 @@ type pod struct {
 	promptSet bool
 	seq       uint64
 	resendDue bool
+	// blind: cut from etcd while no coordinator leads, the pod can learn
+	// of a budget change from nobody: the budget it reads counts in the
+	// bound (see bound) until D after it regains a way (blindUntil).
+	blind      bool
+	blindUntil time.Duration
 }
 
 type world struct {
@@ -445,6 +450,11 @@ func (w *world) election() {
 	}
 	c := cands[w.rng.IntN(len(cands))]
 	w.elect = c.id
+	for _, p := range w.pods {
+		if p.blind {
+			p.blind, p.blindUntil = false, w.now+w.opt.Allowance
+		}
+	}
 	w.term++
 	c.elected, c.sub = w.term, 0
 	c.leading = true
@@ -520,6 +530,11 @@ func (w *world) depose(c *coord, how string, noticeAfter time.Duration, electAft
 		return
 	}
 	w.elect = -1
+	for _, p := range w.pods {
+		if p.alive && p.etcdCut {
+			p.blind = true // (no leader to hand it a lower floor)
+		}
+	}
 	c.leading = false
 	if noticeAfter <= 0 {
 		c.lead = nil
@@ -958,9 +973,15 @@ func (w *world) oneFault() {
 			return
 		}
 		p.etcdCut = true
+		if w.elect < 0 {
+			p.blind = true
+		}
 		w.logf("fault: %s cut from etcd for %v", p.id, heal)
 		w.at(heal, func() {
 			p.etcdCut = false
+			if p.blind {
+				p.blind, p.blindUntil = false, w.now+w.opt.Allowance
+			}
 			w.podView(p, len(w.snaps)-1)
 			p.leader = w.elect
 			w.logf("heal: %s reaches etcd", p.id)
@@ -1157,6 +1178,15 @@ func (w *world) bound(t string) (float64, int64) {
 		r, b = max(r, bt.Rate), max(b, bt.Burst)
 		if s.at <= from {
 			break
+		}
+	}
+	// A pod that could learn of a decrease from nobody (cut from etcd
+	// while no coordinator led) enforces what it read: the decrease takes
+	// D from when it regains etcd or a leader, not from the change.
+	for _, p := range w.pods {
+		if p.alive && (p.blind || w.now < p.blindUntil) {
+			bt := w.snaps[p.view].budget(t)
+			r, b = max(r, bt.Rate), max(b, bt.Burst)
 		}
 	}
 	return r, b
