@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -580,5 +581,88 @@ func TestRegionalEnvoyConfig(t *testing.T) {
 	// descriptors must name a tenant.
 	if _, err := ask("other", "remote_address", "1.1.1.1"); err == nil || !strings.Contains(err.Error(), "tenant") {
 		t.Errorf("a descriptor without a tenant outside the envoy domains: %v, want the policy's error", err)
+	}
+}
+
+// REDIS_SOCKET_TYPE=unix with REDIS_URL a socket path: allot
+// envoy-ratelimit decides on a real redis-server reached over its unix
+// socket (the limit's two requests a minute, then OVER_LIMIT), and the
+// counters live in that server.
+func TestEnvoyRatelimitRedisUnixSocket(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "redis.sock")
+	rs := redistest.Start(t, "--unixsocket", sock, "--unixsocketperm", "700")
+	root := t.TempDir()
+	writeFile(t, filepath.Join(root, "config", "edge.yaml"), envoyCmdConfig)
+	p := startEnvoy(t, "", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": sock, "RUNTIME_ROOT": root})
+	c := p.rls(t)
+	var got []string
+	for range 3 {
+		r, err := c.ShouldRateLimit(context.Background(), rlsReq("edge", "remote_address", "10.0.0.7"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r.GetOverallCode().String())
+	}
+	if want := "OK OK OVER_LIMIT"; strings.Join(got, " ") != want {
+		t.Errorf("over the unix socket: %s, want %s", strings.Join(got, " "), want)
+	}
+	// The decisions were written to that server: it holds the key.
+	keys, err := rs.Client(t).Keys(context.Background(), "*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Errorf("the redis-server behind the socket holds no key (%v, %v): the decisions went elsewhere", keys, err)
+	}
+}
+
+// REDIS_TYPE=SENTINEL with REDIS_URL master-name,host:port: allot
+// envoy-ratelimit asks a real Redis Sentinel for the master and decides on
+// it (two requests a minute, then OVER_LIMIT; the counters live in the
+// master).
+func TestEnvoyRatelimitRedisSentinel(t *testing.T) {
+	master := redistest.Start(t)
+	_, mport, _ := strings.Cut(master.Addr, ":")
+	sentinel := freeAddr(t)
+	_, sport, _ := strings.Cut(sentinel, ":")
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "sentinel.conf") // (Sentinel rewrites it: its own copy)
+	writeFile(t, conf, fmt.Sprintf("port %s\nbind 127.0.0.1\ndir %s\nsentinel monitor allot-master 127.0.0.1 %s 1\n", sport, dir, mport))
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server: %v (install it: apt-get install -y redis-server)", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, bin, conf, "--sentinel")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); _ = cmd.Wait() })
+	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel})
+	defer sc.Close()
+	wait.Until(t, 10*time.Second, func() error {
+		addr, err := sc.GetMasterAddrByName(context.Background(), "allot-master").Result()
+		if err != nil || len(addr) != 2 || addr[1] != mport {
+			return fmt.Errorf("sentinel does not name the master yet: %v %v", addr, err)
+		}
+		return nil
+	})
+	root := t.TempDir()
+	writeFile(t, filepath.Join(root, "config", "edge.yaml"), envoyCmdConfig)
+	p := startEnvoy(t, "", map[string]string{"REDIS_TYPE": "SENTINEL", "REDIS_URL": "allot-master," + sentinel, "RUNTIME_ROOT": root})
+	c := p.rls(t)
+	var got []string
+	for range 3 {
+		r, err := c.ShouldRateLimit(context.Background(), rlsReq("edge", "remote_address", "10.0.0.8"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r.GetOverallCode().String())
+	}
+	if want := "OK OK OVER_LIMIT"; strings.Join(got, " ") != want {
+		t.Errorf("through the sentinel: %s, want %s", strings.Join(got, " "), want)
+	}
+	keys, err := master.Client(t).Keys(context.Background(), "*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Errorf("the master holds no key (%v, %v): the decisions went elsewhere", keys, err)
 	}
 }
