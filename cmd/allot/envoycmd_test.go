@@ -642,7 +642,7 @@ func TestEnvoyRatelimitRedisSentinel(t *testing.T) {
 	wait.Until(t, 10*time.Second, func() error {
 		addr, err := sc.GetMasterAddrByName(context.Background(), "allot-master").Result()
 		if err != nil || len(addr) != 2 || addr[1] != mport {
-			return fmt.Errorf("sentinel does not name the master yet: %v %v", addr, err)
+			return fmt.Errorf("sentinel does not name the master yet: %v %w", addr, err)
 		}
 		return nil
 	})
