@@ -30,7 +30,8 @@ const idleReports = 3
 
 type usageCell struct {
 	offered, admitted atomic.Int64
-	idle              int // reports with no traffic; touched by drain only
+	decisions         atomic.Int64 // behind offered (a settle adjusts units, not decisions)
+	idle              int          // reports with no traffic; touched by drain only
 }
 
 func newCounters(max int) *counters {
@@ -55,6 +56,7 @@ func (c *counters) add(tenant string, cost int64, admitted bool) {
 	}
 	u := v.(*usageCell)
 	u.offered.Add(cost)
+	u.decisions.Add(1)
 	if admitted {
 		u.admitted.Add(cost)
 	}
@@ -89,6 +91,7 @@ func (c *counters) drain(evict bool) map[string]shares.Usage {
 	c.m.Range(func(k, v any) bool {
 		u := v.(*usageCell)
 		off, adm := max(0, u.offered.Swap(0)), max(0, u.admitted.Swap(0)) // (a refund may exceed what the interval counted)
+		dec := u.decisions.Swap(0)
 		if off == 0 && adm == 0 {
 			if !evict {
 				return true
@@ -101,7 +104,7 @@ func (c *counters) drain(evict bool) map[string]shares.Usage {
 			return true
 		}
 		u.idle = 0
-		out[k.(string)] = shares.Usage{Offered: float64(off), Admitted: float64(adm)}
+		out[k.(string)] = shares.Usage{Offered: float64(off), Admitted: float64(adm), Decisions: float64(dec)}
 		return true
 	})
 	return out

@@ -239,7 +239,11 @@ func (r *reporter) watchOnce(ctx context.Context) bool {
 func (r *reporter) feed(tr *shares.Tracker, evict bool) bool {
 	now := r.s.cfg.Now()
 	for t, u := range r.counts.drain(evict) {
-		tr.Add(now, t, u.Offered, u.Admitted)
+		if u.Decisions > 0 {
+			tr.AddDecisions(now, t, u.Offered, u.Admitted, u.Decisions)
+		} else {
+			tr.Add(now, t, u.Offered, u.Admitted)
+		}
 	}
 	return tr.Steps() > 0
 }

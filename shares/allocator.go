@@ -20,6 +20,10 @@ type Usage struct {
 	// once, instead of merging it with the rates before, and rebalances
 	// the tenant as the report arrives.
 	Step bool
+	// Decisions is how many decisions asked for Offered, where a pod
+	// counts them for its Tracker (see Tracker.AddDecisions); 0: not
+	// counted. Reports do not carry it.
+	Decisions float64
 }
 
 // Report is one region's report to the leader.

@@ -76,8 +76,12 @@ type track struct {
 	// The detector's buckets: b[cur] started at bStart; the others are the
 	// trackerBuckets−1 before it.
 	bOff, bAdm [trackerBuckets]float64
-	cur        int
-	bStart     time.Time
+	// bDec counts the decisions behind bOff: a decision of cost c adds
+	// c units, so a count of units varies c times more than a Poisson
+	// count of as many units (see cost).
+	bDec   [trackerBuckets]float64
+	cur    int
+	bStart time.Time
 	// young: the tenant was first seen at born, less than a Window ago
 	// or not yet reported since; its first step (at first sight) said
 	// little of its rate, so it steps again once a Window old.
@@ -111,7 +115,7 @@ func (t *Tracker) roll(tr *track, now time.Time) bool {
 	}
 	for j := 0; j < min(n, trackerBuckets); j++ {
 		tr.cur = (tr.cur + 1) % trackerBuckets
-		tr.bOff[tr.cur], tr.bAdm[tr.cur] = 0, 0
+		tr.bOff[tr.cur], tr.bAdm[tr.cur], tr.bDec[tr.cur] = 0, 0, 0
 	}
 	tr.bStart = tr.bStart.Add(time.Duration(n) * t.bucket)
 	return true
@@ -134,8 +138,18 @@ func (t *Tracker) window(tr *track, now time.Time) (off, adm float64, span time.
 
 // Add counts offered units of tenant at now, admitted of them admitted, and
 // reports whether the tenant just stepped (it is then among the tenants
-// [Tracker.Steps] returns until they are reported).
+// [Tracker.Steps] returns until they are reported). The units are taken as
+// decisions of one unit each; AddDecisions says how many decisions asked
+// for them.
 func (t *Tracker) Add(now time.Time, tenant string, offered, admitted float64) bool {
+	return t.AddDecisions(now, tenant, offered, admitted, offered)
+}
+
+// AddDecisions is Add for offered units asked for by decisions decisions
+// (of cost offered/decisions on average): a tenant whose decisions cost
+// many units each (tokens) counts units in lumps, and the step tests judge
+// its counts on that scale, not as a Poisson count of units.
+func (t *Tracker) AddDecisions(now time.Time, tenant string, offered, admitted, decisions float64) bool {
 	tr := t.tenants[tenant]
 	if tr == nil {
 		tr = &track{start: now, born: now, young: true}
@@ -146,6 +160,7 @@ func (t *Tracker) Add(now time.Time, tenant string, offered, admitted float64) b
 	tr.adm += admitted
 	tr.bOff[tr.cur] += offered
 	tr.bAdm[tr.cur] += admitted
+	tr.bDec[tr.cur] += decisions
 	tr.idle = 0
 	// The window is judged once per bucket (and at a tenant's first
 	// sight): judging it at every decision would test the same noise
@@ -178,7 +193,23 @@ func (t *Tracker) isStep(tr *track, now time.Time) bool {
 	off, _, span := t.window(tr, now)
 	want := tr.refRate * span.Seconds()
 	d := math.Abs(off - want)
-	return d > t.cfg.Z*math.Sqrt(max(want, 1)) && d > t.cfg.MinChange*want
+	c := t.cost(tr)
+	// In decisions (units / c): |off − want| / c > Z·√(want / c).
+	return d > t.cfg.Z*math.Sqrt(c*max(want, c)) && d > t.cfg.MinChange*want
+}
+
+// cost is tr's mean units per decision over its window (1 without
+// decisions counted).
+func (t *Tracker) cost(tr *track) float64 {
+	var off, dec float64
+	for j := range trackerBuckets {
+		off += tr.bOff[j]
+		dec += tr.bDec[j]
+	}
+	if !(dec > 0) || !(off > dec) {
+		return 1
+	}
+	return off / dec
 }
 
 // departs reports whether a Poisson count off departs from its expected
@@ -222,7 +253,7 @@ func (t *Tracker) TakeSteps(now time.Time) (usage map[string]Usage, interval tim
 			tr.born, tr.young, tr.looks = now.Add(-span), true, 0
 			for j := nb; j < trackerBuckets; j++ {
 				k := (tr.cur - j + trackerBuckets) % trackerBuckets
-				tr.bOff[k], tr.bAdm[k] = 0, 0
+				tr.bOff[k], tr.bAdm[k], tr.bDec[k] = 0, 0, 0
 			}
 		case !tr.young && tr.looks < maxLooks && fell:
 			// A look whose Window saw the rate fall (demand that rose,
@@ -233,6 +264,7 @@ func (t *Tracker) TakeSteps(now time.Time) (usage map[string]Usage, interval tim
 			tr.looks++
 			clear(tr.bOff[:])
 			clear(tr.bAdm[:])
+			clear(tr.bDec[:])
 		}
 		tr.off, tr.adm, tr.start, tr.stepped, tr.fromStep = 0, 0, now, false, true
 	}
@@ -248,6 +280,7 @@ const maxLooks = 2
 // departs (see isStep). (A rise within a window is a step at once; a fall
 // to a few units a window may not be for many windows.)
 func (t *Tracker) fell(tr *track, now time.Time) bool {
+	c := t.cost(tr)
 	var all float64
 	for j := range trackerBuckets {
 		all += tr.bOff[j]
@@ -262,7 +295,7 @@ func (t *Tracker) fell(tr *track, now time.Time) bool {
 			continue
 		}
 		want := (all - newer) * spanNew.Seconds() / spanOld.Seconds()
-		if newer < want && departs(newer, want, t.cfg.Z) && want-newer > t.cfg.MinChange*want {
+		if newer < want && departs(newer/c, want/c, t.cfg.Z) && want-newer > t.cfg.MinChange*want {
 			return true
 		}
 	}

@@ -74,6 +74,13 @@ func (c *central) admit(t int64) bool {
 	return r.Allowed
 }
 
+// try decides cost units at t without keeping the decision: the state to
+// keep if it is allowed.
+func (c *central) try(t, cost int64) (gcra.State, bool) {
+	ns, r, _ := gcra.DecideMicros(c.s, c.off+t, c.l, cost)
+	return ns, r.Allowed
+}
+
 // Excess is the worst over-admission in windows of one length.
 type Excess struct {
 	// Window is W.

@@ -242,9 +242,18 @@ func lossyReports() *Spec {
 	return s
 }
 
+// tokensShift: skew-shift on a tenant with two budgets, requests (R) and
+// tokens (20,000/s, burst 4,000) at 40 tokens a request: tokens bind first
+// (500 requests/s), and each budget is shared on its own as demand moves.
+func tokensShift() *Spec {
+	s := shiftBase("tokens", "skew-shift on requests (1000/s) and tokens (20,000/s, 40 a request): tokens bind first, at 500 requests/s", 1.5*RefRate)
+	s.Tokens = &Tokens{Budget: shares.Budget{Rate: 20_000, Burst: 4_000}, PerRequest: 40}
+	return s
+}
+
 var catalogue = []func() *Spec{
 	skewShift, underload, flashCrowd, partitionDuringShift, leaderFailover, bursts,
-	retryStorm, pinned, followTheSun, diurnalDay, noise, lossyReports,
+	retryStorm, pinned, followTheSun, diurnalDay, noise, lossyReports, tokensShift,
 }
 
 // Scenarios returns a fresh copy of every scenario, in a fixed order.

@@ -15,8 +15,24 @@ import (
 // Tenant is the one tenant every scenario simulates.
 const Tenant = "t42"
 
+// TokensID is the ID of the tenant's second budget (Spec.Tokens).
+var TokensID = shares.BudgetID(Tenant, "tokens")
+
 // DefaultPods is the number of pods per region when Spec.Pods is 0.
 const DefaultPods = 2
+
+// TokensResult is a run's second budget: its budget, the units admitted
+// and what the central limiter admitted of them in [Warmup, Duration),
+// and the peaks of Σ enforced over regions (I4 for it), over the whole run.
+type TokensResult struct {
+	Rate                  float64
+	Burst                 int64
+	PerRequest            int64
+	Admitted, Ideal       int64
+	PeakRateSum           float64
+	PeakBurstSum          int64
+	AdmittedRun, Duration float64 // units admitted over the whole run, and its seconds (for R·t + B)
+}
 
 // sampleEvery is the period of the recorded time series.
 const sampleEvery = time.Second
@@ -54,6 +70,10 @@ type Result struct {
 	// RegionError is the mean |admitted_i − R·d_i/D| over regions and
 	// steady seconds, as a fraction of R.
 	RegionError float64
+
+	// Tokens is what the run measured of the second budget (nil without
+	// Spec.Tokens).
+	Tokens *TokensResult
 
 	// GrantChanges counts the grant changes the leaders made (Rebalance and
 	// Grow). Nothing is written to etcd: each change reaches the pods of its
@@ -229,6 +249,7 @@ type podState struct {
 	st     *shares.Pod
 	eff    enforced
 
+	tokEff  enforced // the tokens budget's (Spec.Tokens)
 	tracker *shares.Tracker
 	// lastExtra is when the last report out of period was sent (-1:
 	// never); extraDue is set while one is scheduled (kExtra).
@@ -250,6 +271,9 @@ type regionState struct {
 	pods []int // indices into world.pods
 	// own is the tenant's floor by the pods' own reading of the budget.
 	own shares.Ceiling
+	// tokKey, tokOwn: the tokens budget's key and floor (Spec.Tokens).
+	tokKey gcra.State
+	tokOwn shares.Ceiling
 
 	// counters since the last sample
 	secOffered, secAdmit float64
@@ -281,6 +305,7 @@ type world struct {
 	answers []sentAnswer
 
 	central    *central
+	tok        *tokWorld // Spec.Tokens; nil without
 	fine       fine
 	admissions []int64
 	secIdeal   float64
@@ -293,6 +318,22 @@ type world struct {
 
 	// trace, when set (by tests), is told of every message and change.
 	trace func(t int64, format string, args ...any)
+}
+
+// tokWorld is the second budget's part of the world.
+type tokWorld struct {
+	budget  shares.Budget
+	per     int64
+	central *central
+}
+
+// budgets are the budgets the leader shares.
+func (w *world) budgets() map[string]shares.Budget {
+	m := map[string]shares.Budget{Tenant: w.budget}
+	if w.tok != nil {
+		m[TokensID] = w.tok.budget
+	}
+	return m
 }
 
 func (w *world) tracef(t int64, format string, args ...any) {
@@ -357,11 +398,25 @@ func newWorld(spec *Spec, mode shares.Mode, seed uint64) (*world, error) {
 	if err != nil {
 		return nil, fmt.Errorf("central limiter: %w", err)
 	}
+	if tk := spec.Tokens; tk != nil {
+		tb := tk.Budget
+		tb.Mode, tb.Home = mode, b.Home
+		c, err := newCentral(tb.Rate, tb.Burst, w.off)
+		if err != nil {
+			return nil, fmt.Errorf("central tokens limiter: %w", err)
+		}
+		w.tok = &tokWorld{budget: tb, per: tk.PerRequest, central: c}
+		w.res.Tokens = &TokensResult{Rate: tb.Rate, Burst: tb.Burst, PerRequest: tk.PerRequest, Duration: spec.Duration.Seconds()}
+	}
 	pods := spec.pods()
 	w.fine.region = make([][]float64, len(spec.Regions))
 	for i, name := range spec.Regions {
 		fr, fb := shares.Floor(b, cfg.Regions, name)
 		rs := &regionState{name: name, own: shares.Ceiling{Rate: fr, Burst: fb}}
+		if w.tok != nil {
+			tr, tb := shares.Floor(w.tok.budget, cfg.Regions, name)
+			rs.tokOwn = shares.Ceiling{Rate: tr, Burst: tb}
+		}
 		if tr, ok := spec.Traffic[name]; ok {
 			rs.gen = newGenerator(tr, rand.New(rand.NewPCG(seed, uint64(i)+1)))
 		}
@@ -408,7 +463,7 @@ func (w *world) startTerm(t int64, learning time.Duration) error {
 	}
 	// A coordinator hands a new leader the budgets at once (a learning
 	// answer renews only grants whose budget it knows).
-	l.SetBudgets(map[string]shares.Budget{Tenant: w.budget})
+	l.SetBudgets(w.budgets())
 	w.leader, w.stepChanges, w.termStart = l, 0, w.at(t)
 	w.res.Terms++
 	w.tracef(t, "term %d starts, learning for %v", w.term, learning)
@@ -545,15 +600,23 @@ func (w *world) run() error {
 // enforce refreshes what pod k enforces at t.
 func (w *world) enforce(k int, t int64) {
 	ps := w.pods[k]
-	rate, burst, leased := ps.st.Effective(w.at(t), Tenant, w.regions[ps.region].own)
-	if rate == ps.eff.rate && burst == ps.eff.burst {
-		ps.eff.leased = leased
+	refresh(&ps.eff, ps.st, w.at(t), Tenant, w.regions[ps.region].own)
+	if w.tok != nil {
+		refresh(&ps.tokEff, ps.st, w.at(t), TokensID, w.regions[ps.region].tokOwn)
+	}
+}
+
+// refresh sets e to what st enforces for budget id at now.
+func refresh(e *enforced, st *shares.Pod, now time.Time, id string, own shares.Ceiling) {
+	rate, burst, leased := st.Effective(now, id, own)
+	if rate == e.rate && burst == e.burst {
+		e.leased = leased
 		return
 	}
-	ps.eff = enforced{rate: rate, burst: burst, leased: leased}
+	*e = enforced{rate: rate, burst: burst, leased: leased}
 	if rate > 0 && burst >= 1 {
 		if l, err := gcra.FromPerSecond(rate, burst); err == nil {
-			ps.eff.limit, ps.eff.ok = l, true
+			e.limit, e.ok = l, true
 		}
 	}
 }
@@ -564,6 +627,29 @@ func (w *world) refreshAll(t int64) {
 		w.enforce(k, t)
 	}
 	w.checkI4(t, true)
+	w.checkTokI4()
+}
+
+// checkTokI4 records the tokens budget's peak Σ over regions of the
+// largest rate (and burst) any pod of the region enforces, by the pods'
+// last refreshed values.
+func (w *world) checkTokI4() {
+	if w.tok == nil {
+		return
+	}
+	var rate float64
+	var burst int64
+	for _, rs := range w.regions {
+		var r float64
+		var b int64
+		for _, k := range rs.pods {
+			r, b = max(r, w.pods[k].tokEff.rate), max(b, w.pods[k].tokEff.burst)
+		}
+		rate += r
+		burst += b
+	}
+	tr := w.res.Tokens
+	tr.PeakRateSum, tr.PeakBurstSum = max(tr.PeakRateSum, rate), max(tr.PeakBurstSum, burst)
 }
 
 // regionMax returns the largest rate and burst any pod of rs enforces (by
@@ -624,7 +710,7 @@ func (w *world) arrive(i int, t int64, retry int) {
 	inWin := t >= w.warm
 	rs.secOffered++
 	w.secOffered++
-	if w.central.admit(t) {
+	if w.centralAdmit(t) {
 		bump(&w.fine.ideal, bucketOf(t))
 		w.secIdeal++
 		if inWin {
@@ -633,12 +719,29 @@ func (w *world) arrive(i int, t int64, retry int) {
 	}
 	w.enforce(k, t)
 	w.checkI4(t, false)
+	w.checkTokI4()
 	allowed := false
 	var retryAfter time.Duration
 	if ps.eff.ok {
 		ns, r, _ := gcra.DecideMicros(rs.key, w.off+t, ps.eff.limit, 1)
-		rs.key = ns
 		allowed, retryAfter = r.Allowed, r.RetryAfter
+		if tk := w.tok; tk != nil {
+			// One composite decision: both keys, or neither.
+			allowed = allowed && ps.tokEff.ok
+			if allowed {
+				tns, tr, _ := gcra.DecideMicros(rs.tokKey, w.off+t, ps.tokEff.limit, tk.per)
+				if allowed = tr.Allowed; allowed {
+					rs.tokKey = tns
+				} else {
+					retryAfter = tr.RetryAfter
+				}
+			} else if !ps.tokEff.ok {
+				retryAfter = time.Second
+			}
+		}
+		if allowed || w.tok == nil {
+			rs.key = ns
+		}
 	}
 	if inWin {
 		w.res.Offered++
@@ -650,7 +753,17 @@ func (w *world) arrive(i int, t int64, retry int) {
 	if allowed {
 		adm = 1
 	}
-	if ps.tracker.Add(w.at(t), Tenant, 1, adm) && !w.spec.NoSteps {
+	stepped := ps.tracker.Add(w.at(t), Tenant, 1, adm)
+	if tk := w.tok; tk != nil {
+		stepped = ps.tracker.AddDecisions(w.at(t), TokensID, float64(tk.per), adm*float64(tk.per), 1) || stepped
+		if allowed {
+			w.res.Tokens.AdmittedRun += float64(tk.per)
+			if inWin {
+				w.res.Tokens.Admitted += tk.per
+			}
+		}
+	}
+	if stepped && !w.spec.NoSteps {
 		w.extraReport(k, t, false)
 	}
 	if allowed {
@@ -673,6 +786,25 @@ func (w *world) arrive(i int, t int64, retry int) {
 			w.schedule(at, kRetry, i, retry+1)
 		}
 	}
+}
+
+// centralAdmit is the central limiter's decision of one arrival at t: of
+// both budgets at once with Spec.Tokens.
+func (w *world) centralAdmit(t int64) bool {
+	tk := w.tok
+	if tk == nil {
+		return w.central.admit(t)
+	}
+	rs, rok := w.central.try(t, 1)
+	ts, tok := tk.central.try(t, tk.per)
+	if !rok || !tok {
+		return false
+	}
+	w.central.s, tk.central.s = rs, ts
+	if t >= w.warm {
+		w.res.Tokens.Ideal += tk.per
+	}
+	return true
 }
 
 // sendReport sends pod k's report at t: its periodic one, or with extra an
@@ -906,7 +1038,7 @@ func (w *world) rebalance(t int64) {
 	if w.leader == nil {
 		return
 	}
-	w.leader.SetBudgets(map[string]shares.Budget{Tenant: w.budget})
+	w.leader.SetBudgets(w.budgets())
 	w.changed(t, w.leader.Rebalance(w.at(t)))
 	w.nudge(t, -1)
 }

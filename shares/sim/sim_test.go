@@ -130,6 +130,14 @@ func TestBudgetSafeEveryScenario(t *testing.T) {
 				if r.PeakRateSum > r.Rate*(1+1e-9) || r.PeakBurstSum > r.Burst {
 					t.Errorf("I4: peak Σ enforced (rate %.3f, burst %d), want ≤ (%g, %d)", r.PeakRateSum, r.PeakBurstSum, r.Rate, r.Burst)
 				}
+				if tk := r.Tokens; tk != nil {
+					if tk.PeakRateSum > tk.Rate*(1+1e-9) || tk.PeakBurstSum > tk.Burst {
+						t.Errorf("I4, tokens: peak Σ enforced (rate %.3f, burst %d), want ≤ (%g, %d)", tk.PeakRateSum, tk.PeakBurstSum, tk.Rate, tk.Burst)
+					}
+					if most := tk.Rate*tk.Duration + float64(tk.Burst); tk.AdmittedRun > most {
+						t.Errorf("tokens: admitted %.0f over the run, more than R·t + B = %.0f", tk.AdmittedRun, most)
+					}
+				}
 				if r.OverAdmission.Units > 0 {
 					t.Errorf("over-admission %+v, want 0", r.OverAdmission)
 				}

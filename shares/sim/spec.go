@@ -85,6 +85,12 @@ type Spec struct {
 	Pods int
 	// Budget is the tenant's budget; Run overrides its Mode.
 	Budget shares.Budget
+	// Tokens, when set, gives the tenant a second global budget (its
+	// named budget "tokens", shares.BudgetID), shared on its own: every
+	// request also costs PerRequest tokens, and is admitted only when both
+	// budgets admit it (as by one composite decision), here and in the
+	// central limiter it is compared with.
+	Tokens *Tokens
 	// Modes are the modes the scenario is run in, the first being the one
 	// that is plotted in detail.
 	Modes []shares.Mode
@@ -130,6 +136,12 @@ type Spec struct {
 	PeriodicReports bool
 }
 
+// Tokens is a scenario's second budget (Spec.Tokens).
+type Tokens struct {
+	Budget     shares.Budget // Run overrides its Mode, as the tenant budget's
+	PerRequest int64
+}
+
 // Sentinel errors.
 var (
 	// ErrUnknownScenario is returned by Lookup for a name with no scenario.
@@ -168,6 +180,16 @@ func (s *Spec) Validate() error {
 		}
 		if err := b.Validate(s.Regions); err != nil {
 			return fmt.Errorf("%w: Budget (as Modes[%d] %q): %w", ErrInvalidSpec, i, m, err)
+		}
+	}
+	if tk := s.Tokens; tk != nil {
+		if tk.PerRequest < 1 || tk.PerRequest > tk.Budget.Burst {
+			return bad("Tokens.PerRequest", "%d is outside [1, Tokens.Budget.Burst]", tk.PerRequest)
+		}
+		b := tk.Budget
+		b.Mode, b.Home = shares.ModeRebalanced, ""
+		if err := b.Validate(s.Regions); err != nil {
+			return fmt.Errorf("%w: Tokens.Budget: %w", ErrInvalidSpec, err)
 		}
 	}
 	switch {
