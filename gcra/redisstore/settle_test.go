@@ -205,7 +205,7 @@ func TestReserveSettle(t *testing.T) {
 	// request waits 50·T longer than it would.
 	c.Del(ctx, key)
 	rk4 := reserve("r4", 100)
-	before := time.Now()
+	callsFrom := time.Now()
 	d, _ := s.Decide(ctx, []gcra.Request{{Key: key, Limit: lim, Cost: 1}})
 	base := d.RetryAfter
 	if _, err := s.Settle(ctx, rk4, 150); err != nil {
@@ -214,7 +214,7 @@ func TestReserveSettle(t *testing.T) {
 	d, _ = s.Decide(ctx, []gcra.Request{{Key: key, Limit: lim, Cost: 1}})
 	// Redis's clock ran on between the two decisions, by at most the
 	// real time the three calls took.
-	elapsed := time.Since(before)
+	elapsed := time.Since(callsFrom)
 	if d.Allowed || d.RetryAfter < base+50*lim.Interval()-elapsed-time.Millisecond || d.RetryAfter > base+50*lim.Interval() {
 		t.Fatalf("after 50 units of debt: %+v, want a wait of %v + 50·T = %v, less the %v the calls took", d, base, base+50*lim.Interval(), elapsed)
 	}
