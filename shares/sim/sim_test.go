@@ -384,3 +384,36 @@ func TestEventDrivenShift(t *testing.T) {
 		}
 	}
 }
+
+// A tenant whose tokens budget (40 a request) binds before its requests
+// budget: each is shared on its own through the shift, the world admits
+// what one central limiter of both budgets would, and the tokens' costly
+// decisions are not taken for steps (counted as one-unit decisions they
+// made 1,110 grant changes a minute; see Tracker.AddDecisions).
+func TestTokensBindFirst(t *testing.T) {
+	s, err := Lookup("tokens")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, s, shares.ModeRebalanced, 1)
+	tk := r.Tokens
+	if tk == nil {
+		t.Fatal("no tokens result")
+	}
+	// Tokens bind: the ideal admits the tokens budget's 500 requests/s,
+	// not the requests budget's 1000/s.
+	if perS := float64(r.Ideal) / (s.Duration - s.Warmup).Seconds(); perS > 0.55*r.Rate {
+		t.Errorf("the central limiter admitted %.0f requests/s: the tokens budget does not bind", perS)
+	}
+	if r.Utilisation < 0.985 {
+		t.Errorf("utilisation %.1f%%, want ≥ 98.5%%", 100*r.Utilisation)
+	}
+	minutes := (s.Duration - s.Warmup).Minutes()
+	if perMin := float64(r.GrantChanges) / minutes; perMin > 60 {
+		t.Errorf("%.0f grant changes a minute: the tokens' lumps are taken for steps", perMin)
+	}
+	if tk.PeakRateSum > tk.Rate*(1+1e-9) || tk.PeakBurstSum > tk.Burst {
+		t.Errorf("I4, tokens: peak Σ enforced %.1f/s burst %d, want ≤ %.0f, %d", tk.PeakRateSum, tk.PeakBurstSum, tk.Rate, tk.Burst)
+	}
+	t.Logf("utilisation %.2f%%, %.1f grant changes a minute (whole run), tokens admitted %d of %d ideal", 100*r.Utilisation, float64(r.GrantChanges)/minutes, tk.Admitted, tk.Ideal)
+}
