@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/allot-dev/allot/coordinator"
 	"github.com/allot-dev/allot/gcra/memstore"
 	"github.com/allot-dev/allot/gcra/redisstore"
 	"github.com/allot-dev/allot/internal/coordtest"
@@ -43,28 +44,24 @@ tenants:
   t1: {}
 `
 
-// A tenant's two global budgets are shared across three regions
-// independently: the requests budget follows the region whose callers send
-// requests, the tokens budget the region whose callers spend tokens, and
-// neither admits more than its R·t + B across the regions, under load in
-// every region. Each region has its own redis-server and two pods; etcd and
-// the coordinator are real.
-func TestNamedBudgetsSharedIndependently(t *testing.T) {
-	const (
-		reqR, reqB = 60.0, 10.0
-		tokR, tokB = 3000.0, 300.0
-		tokCost    = 20
-	)
-	regions := []string{"us-east", "eu-west", "ap-south"}
+// startThreeRegions starts etcd, a coordinator rebalancing every 250 ms
+// (adjust changes its config), and us-east, eu-west and ap-south, each a
+// redis-server of its own and two pods, then applies doc. It returns the
+// coordinator and the pods, by region and all.
+func startThreeRegions(t *testing.T, doc string, adjust func(*coordinator.Config)) (*coordtest.Coordinator, map[string][]*pod, []*pod) {
+	t.Helper()
 	etcd := etcdtest.Start(t)
 	cfg := coordtest.Fast(etcd.Client(t))
 	cfg.RebalanceInterval = 250 * time.Millisecond
 	cfg.Shares.Interval = cfg.RebalanceInterval
-	coordtest.Start(t, cfg)
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	coord := coordtest.Start(t, cfg)
 	leaders.Store(etcd, true)
 	pods := map[string][]*pod{}
 	var all []*pod
-	for _, region := range regions {
+	for _, region := range []string{"us-east", "eu-west", "ap-south"} {
 		rs := redistest.Start(t)
 		rc := redis.NewClient(redistest.ClientOptions(rs.Addr))
 		t.Cleanup(func() { _ = rc.Close() })
@@ -78,9 +75,26 @@ func TestNamedBudgetsSharedIndependently(t *testing.T) {
 			all = append(all, p)
 		}
 	}
-	if _, err := all[0].st.ApplyPolicy(context.Background(), []byte(namedPolicy), 0, "test"); err != nil {
+	if _, err := all[0].st.ApplyPolicy(context.Background(), []byte(doc), 0, "test"); err != nil {
 		t.Fatal(err)
 	}
+	return coord, pods, all
+}
+
+// A tenant's two global budgets are shared across three regions
+// independently: the requests budget follows the region whose callers send
+// requests, the tokens budget the region whose callers spend tokens, and
+// neither admits more than its R·t + B across the regions, under load in
+// every region. Each region has its own redis-server and two pods; etcd and
+// the coordinator are real.
+func TestNamedBudgetsSharedIndependently(t *testing.T) {
+	const (
+		reqR, reqB = 60.0, 10.0
+		tokR, tokB = 3000.0, 300.0
+		tokCost    = 20
+	)
+	regions := []string{"us-east", "eu-west", "ap-south"}
+	_, pods, all := startThreeRegions(t, namedPolicy, nil)
 	wait.Until(t, 30*time.Second, func() error {
 		for i, p := range all {
 			te := p.s.view.tenant("t1")
@@ -261,32 +275,7 @@ tiers:
     budget: {rate: 1000/s, burst: 100}
 `
 	regions := []string{"us-east", "eu-west", "ap-south"}
-	etcd := etcdtest.Start(t)
-	cfg := coordtest.Fast(etcd.Client(t))
-	cfg.RebalanceInterval = 250 * time.Millisecond
-	cfg.Shares.Interval = cfg.RebalanceInterval
-	cfg.TenantIdleTimeout = time.Second
-	coord := coordtest.Start(t, cfg)
-	leaders.Store(etcd, true)
-	pods := map[string][]*pod{}
-	var all []*pod
-	for _, region := range regions {
-		rs := redistest.Start(t)
-		rc := redis.NewClient(redistest.ClientOptions(rs.Addr))
-		t.Cleanup(func() { _ = rc.Close() })
-		store, err := redisstore.New(rc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for range 2 {
-			p := startPodWith(t, etcd, store, func(c *Config) { c.Region = region }, false)
-			pods[region] = append(pods[region], p)
-			all = append(all, p)
-		}
-	}
-	if _, err := all[0].st.ApplyPolicy(context.Background(), []byte(doc), 0, "test"); err != nil {
-		t.Fatal(err)
-	}
+	coord, pods, all := startThreeRegions(t, doc, func(c *coordinator.Config) { c.TenantIdleTimeout = time.Second })
 	wait.Until(t, 30*time.Second, func() error {
 		for i, p := range all {
 			te := p.s.view.tenant("t1")
