@@ -1011,6 +1011,30 @@ const noiseZ = 3
 // eps is the relative tolerance under which two rates are equal.
 const eps = 1e-9
 
+// satisfied reports whether every live region's current grant covers its
+// demand with headroom and a margin for its Poisson noise (one standard
+// deviation of a rate measured over one Interval), and its fast estimate
+// (a step), so that the tenant
+// needs no write, whatever its targets: a tenant under its budget, whose
+// targets only move the spare from region to region as each interval's
+// counts wander. Keys of a per-key limit live here: sparse, each interval's
+// count of one is mostly noise. Needs a.want (targetsRebalanced) and
+// a.curR.
+func (a *Allocator) satisfied(s []slot) bool {
+	ps := a.cfg.Interval.Seconds()
+	for i := range a.n {
+		if !a.live[i] {
+			continue
+		}
+		d := s[i].demand
+		need := max(a.fr[i], (1+a.cfg.Headroom)*d+math.Sqrt(d/ps), s[i].fast)
+		if a.curR[i] < need || (need > 0 && a.curB[i] < 1) {
+			return false
+		}
+	}
+	return true
+}
+
 // rebalanceTenant appends tenant k's changed grants to out. With growOnly it
 // only completes the grows a previous pass deferred (see Grow).
 func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change, growOnly bool) []Change {
@@ -1217,6 +1241,9 @@ func (a *Allocator) rebalanceTenant(k int, b *Budget, out []Change, growOnly boo
 		d := a.tr[i] - a.curR[i]
 		grow = grow || d > a.band[i]
 		quiet = quiet && d <= growAt && -d <= a.band[i]
+	}
+	if !quiet && mode == ModeRebalanced && !safety && !fresh {
+		quiet = a.satisfied(s)
 	}
 	if quiet {
 		return out
@@ -1461,9 +1488,13 @@ func (a *Allocator) targetsRebalanced(s []slot, r float64) bool {
 }
 
 // splitBursts fills a.tb from the rates tr: each region gets its floor burst plus a
-// share of the rest of B in proportion to its rate above its floor, rounded
-// down and topped up by largest remainder, with at least one unit for every
-// positive rate. Σ a.tb ≤ B.
+// share of the rest of B, half of it split equally among the regions whose
+// rate is above their floor and half in proportion to that rate above the
+// floor, rounded down and topped up by largest remainder, with at least one
+// unit for every positive rate. Σ a.tb ≤ B. (A burst absorbs a region's
+// clumps of arrivals, and a Poisson clump's size grows far slower than its
+// rate: a burst in proportion to rate leaves a quiet region, or a quiet
+// key's region, a unit or two that every clump overruns.)
 func (a *Allocator) splitBursts(tr []float64, rate float64, burst int64) {
 	n := a.n
 	var sumFB int64
@@ -1474,11 +1505,20 @@ func (a *Allocator) splitBursts(tr []float64, rate float64, burst int64) {
 	}
 	extra := burst - sumFB
 	left := extra
+	nX := 0
+	for i := range n {
+		if tr[i]-a.fr[i] > 0 {
+			nX++
+		}
+	}
 	for i := range n {
 		a.tb[i] = a.fb[i]
 		a.rem[i] = -1
 		if sumX > 0 && extra > 0 {
 			x := float64(extra) * max(0, tr[i]-a.fr[i]) / sumX
+			if tr[i]-a.fr[i] > 0 {
+				x = x/2 + float64(extra)/2/float64(nX)
+			}
 			w := int64(x)
 			a.tb[i] += w
 			left -= w

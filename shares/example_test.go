@@ -71,15 +71,15 @@ func ExampleAllocator() {
 	show(round(after, cfg.Regions...))
 	// Output:
 	// settled:
-	//   us-east    691.8/s burst 139
-	//   eu-west    203.0/s burst  40
-	//   ap-south   105.2/s burst  20
+	//   us-east    691.8/s burst 103
+	//   eu-west    203.0/s burst  53
+	//   ap-south   105.2/s burst  43
 	// demand shifts; no region has applied anything new:
-	//   us-east  → 191.8/s burst  26
+	//   us-east  → 191.8/s burst  46
 	// still no acknowledgement:
-	//   us-east  → 117.0/s burst  23
+	//   us-east  → 117.0/s burst  45
 	// us-east acknowledges its shrinks:
-	//   us-east  → 111.6/s burst  22
-	//   eu-west  → 212.1/s burst  41
-	//   ap-south → 605.2/s burst 135
+	//   us-east  → 111.6/s burst  44
+	//   eu-west  → 212.1/s burst  54
+	//   ap-south → 605.2/s burst 100
 }

@@ -186,7 +186,10 @@ func (t *Tracker) isStep(tr *track, now time.Time) bool {
 			return false
 		}
 		tr.young = false
-		return true // a Window old: say its rate
+		// A Window old: say its rate, if its window counted enough to
+		// say one (a sparse key's one decision says nothing a periodic
+		// report will not say better).
+		return t.decisions(tr) >= minLookDecisions
 	}
 	// Only the offered rate: it is what demand is measured by. (A share
 	// denied moves with every grant change, which the leader made.)
@@ -196,6 +199,19 @@ func (t *Tracker) isStep(tr *track, now time.Time) bool {
 	c := t.cost(tr)
 	// In decisions (units / c): |off − want| / c > Z·√(want / c).
 	return d > t.cfg.Z*math.Sqrt(c*max(want, c)) && d > t.cfg.MinChange*want
+}
+
+// minLookDecisions is the fewest decisions a young tenant's window must
+// count for its second look to be a step.
+const minLookDecisions = 2
+
+// decisions is how many decisions tr's window counted.
+func (t *Tracker) decisions(tr *track) float64 {
+	var dec float64
+	for j := range trackerBuckets {
+		dec += tr.bDec[j]
+	}
+	return dec
 }
 
 // cost is tr's mean units per decision over its window (1 without
@@ -310,7 +326,17 @@ func (t *Tracker) fell(tr *track, now time.Time) bool {
 // its first Window counts all of it.
 func (t *Tracker) stepRate(tr *track, now time.Time) (off, adm float64, span time.Duration, buckets int) {
 	part := now.Sub(tr.bStart)
-	if !tr.refSet || now.Sub(tr.born) < 2*t.cfg.Window {
+	if !tr.refSet {
+		// First sight: its decisions say that it is here, hardly how
+		// fast it comes. Its rate is taken over the time since the
+		// last periodic report (which did not count it), and at least a
+		// Window: a sparse key, seen once, does not read as a burst of
+		// tens a second, and a busy one says its rate at its second
+		// look, a Window later.
+		off, adm, span = t.window(tr, now)
+		return off, adm, max(span, now.Sub(t.lastFull), t.cfg.Window), trackerBuckets
+	}
+	if now.Sub(tr.born) < 2*t.cfg.Window {
 		off, adm, span = t.window(tr, now)
 		return off, adm, max(span, t.bucket), trackerBuckets
 	}

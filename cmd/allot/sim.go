@@ -166,6 +166,17 @@ func runSim(cmd *cobra.Command, s *streams, o simOptions) error {
 			}
 			plotted = append(plotted, runs[0])
 			rows = append(rows, sim.Summarise(runs))
+			if spec.Users != nil && mode == spec.Modes[0] {
+				var c sim.Cost
+				for _, r := range runs {
+					c.Rebalances += r.Cost.Rebalances
+					c.RebalanceTime += r.Cost.RebalanceTime
+					c.Reports += r.Cost.Reports
+					c.ReportTime += r.Cost.ReportTime
+				}
+				fmt.Fprintf(s.err, "sim: %-12s %s: the leader took %v per rebalance and %v per report (wall clock on this machine; not in results.md)\n",
+					spec.Name, mode, c.PerRebalance().Round(time.Microsecond), c.PerReport().Round(100*time.Nanosecond))
+			}
 		}
 		fmt.Fprintf(s.err, "sim: %-12s %d modes × %d seeds done (%d/%d runs, %v)\n",
 			spec.Name, len(spec.Modes), o.seeds, done, total, time.Since(start).Round(time.Millisecond))

@@ -85,12 +85,91 @@ type Row struct {
 	// 90% (both read "—").
 	NoEvents bool `json:"no_events"`
 
+	// Users summarises the per-user limits of a scenario with users (nil:
+	// none).
+	Users *UsersRow `json:"users,omitempty"`
+
 	// Was is the same (scenario, mode) in a baseline run (see Compare),
 	// shown beside this row's values; nil: none.
 	Was *Row `json:"-"`
 
 	// Worst holds each measure at its worst seed.
 	Worst Worst `json:"worst"`
+}
+
+// UsersRow is a Row's summary of Spec.Users over its seeds: means, but
+// the safety measures at their worst seed.
+type UsersRow struct {
+	Count int     `json:"count"`
+	Rate  float64 `json:"rate"`
+	Burst int64   `json:"burst"`
+	// Seen and Bound: users that sent a request, and that the central
+	// limiter denied at least once after the warm-up.
+	Seen  float64 `json:"seen"`
+	Bound float64 `json:"bound"`
+	// BusiestPct is what allot admitted of the busiest user's requests as
+	// a percentage of what one central limiter admitted of them.
+	BusiestPct float64 `json:"busiest_pct"`
+	// UnderDeniedPct is the percentage of the requests of users under
+	// their limit (never denied centrally) that allot denied.
+	UnderDeniedPct float64 `json:"under_denied_pct"`
+	// PeakRateSum, PeakBurstSum: the largest Σ over regions of what pods
+	// enforced for one user (I4: ≤ Rate, Burst), worst seed.
+	PeakRateSum  float64 `json:"peak_rate_sum"`
+	PeakBurstSum int64   `json:"peak_burst_sum"`
+	// RunMargin is the worst user's admissions over the run less R·t + B
+	// (≤ 0 when every user kept its bound), worst seed; OverAdmission the
+	// worst window excess of the busiest users, worst seed.
+	RunMargin     float64 `json:"run_margin"`
+	OverAdmission float64 `json:"over_admission"`
+	// PeakIDs and MeanIDs: budget IDs the leader held at a rebalance.
+	PeakIDs float64 `json:"peak_ids"`
+	MeanIDs float64 `json:"mean_ids"`
+	// EntriesPerReport is the mean usage entries a report carried.
+	EntriesPerReport float64 `json:"entries_per_report"`
+}
+
+func summariseUsers(runs []*Result) *UsersRow {
+	f := runs[0].Users
+	if f == nil {
+		return nil
+	}
+	n := float64(len(runs))
+	u := &UsersRow{Count: f.Count, Rate: f.Rate, Burst: f.Burst, RunMargin: math.Inf(-1)}
+	for _, r := range runs {
+		x := r.Users
+		u.Seen += float64(x.Seen) / n
+		u.Bound += float64(x.Bound) / n
+		if x.HeavyIdeal > 0 {
+			u.BusiestPct += 100 * float64(x.HeavyAdmitted) / float64(x.HeavyIdeal) / n
+		}
+		if x.UnderOffered > 0 {
+			u.UnderDeniedPct += 100 * float64(x.UnderDenied) / float64(x.UnderOffered) / n
+		}
+		u.PeakRateSum = math.Max(u.PeakRateSum, x.PeakRateSum)
+		u.PeakBurstSum = max(u.PeakBurstSum, x.PeakBurstSum)
+		u.RunMargin = math.Max(u.RunMargin, x.RunMargin)
+		u.OverAdmission = math.Max(u.OverAdmission, x.OverAdmission.Units)
+		u.PeakIDs += float64(x.PeakIDs) / n
+		u.MeanIDs += x.MeanIDs / n
+		if x.Reports > 0 {
+			u.EntriesPerReport += float64(x.UsageEntries) / float64(x.Reports) / n
+		}
+	}
+	return u
+}
+
+// usersLine describes a row's users in one sentence ("" without users).
+func usersLine(r Row) string {
+	u := r.Users
+	if u == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s/%s: %d users at %g/s burst %d each, %.0f seen, %.0f bound; the busiest got %.1f%% of what one central limiter gave it; "+
+		"users under their limit had %.2f%% of their requests denied; a user's Σ over regions peaked at %.2f of its rate, burst %d of %d; "+
+		"the worst user's admissions less R·t + B: %.0f (window excess %.0f); the leader held %.0f budget IDs at most (%.0f mean), %.1f usage entries a report.",
+		r.Scenario, r.Mode, u.Count, u.Rate, u.Burst, u.Seen, u.Bound, u.BusiestPct, u.UnderDeniedPct, u.PeakRateSum/u.Rate, u.PeakBurstSum, u.Burst,
+		u.RunMargin, u.OverAdmission, u.PeakIDs, u.MeanIDs, u.EntriesPerReport)
 }
 
 // Worst is each measure of a Row at its worst seed.
@@ -181,6 +260,7 @@ func Summarise(runs []*Result) Row {
 		row.TimeTo90S = &m
 	}
 	row.Writes, row.WritesPerMin, w.WritesPerMin = row.GrantChanges, row.GrantChangesPerMin, w.GrantChangesPerMin
+	row.Users = summariseUsers(runs)
 	if never {
 		w.ConvergenceS = nil
 	} else {
@@ -310,6 +390,13 @@ func WriteTable(w io.Writer, rows []Row) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	for _, r := range rows {
+		if l := usersLine(r); l != "" {
+			if _, err := fmt.Fprintln(w, l); err != nil {
+				return err
+			}
+		}
+	}
 	if len(rows) > 0 && rows[0].Seeds > 1 {
 		_, err := fmt.Fprintf(w, "(%d seeds from %d: cells with two values read mean / worst)\n", rows[0].Seeds, rows[0].Seed)
 		return err
@@ -350,6 +437,16 @@ func WriteMarkdown(w io.Writer, rows []Row, preamble string) error {
 	}
 	if len(rows) > 0 && rows[0].Seeds > 1 {
 		fmt.Fprintf(&b, "\n%d seeds from %d; cells with two values read mean / worst.\n", rows[0].Seeds, rows[0].Seed)
+	}
+	first := true
+	for _, r := range rows {
+		if l := usersLine(r); l != "" {
+			if first {
+				b.WriteString("\nPer-user limits:\n\n")
+				first = false
+			}
+			b.WriteString("- " + l + "\n")
+		}
 	}
 	b.WriteString("\n" + Legend + "\n")
 	_, err := io.WriteString(w, b.String())

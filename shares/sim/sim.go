@@ -74,6 +74,13 @@ type Result struct {
 	// Tokens is what the run measured of the second budget (nil without
 	// Spec.Tokens).
 	Tokens *TokensResult
+	// Users is what the run measured of the users' per-user limits (nil
+	// without Spec.Users).
+	Users *UsersResult
+	// Cost is the leader's measured work: wall-clock time on the machine
+	// that ran the simulation, the one part of a Result that is not
+	// deterministic.
+	Cost Cost
 
 	// GrantChanges counts the grant changes the leaders made (Rebalance and
 	// Grow). Nothing is written to etcd: each change reaches the pods of its
@@ -148,11 +155,39 @@ func (r *Result) PeakExcessPct() float64 {
 	return p
 }
 
+// Cost is the wall-clock time the leader's calls took in a run.
+type Cost struct {
+	// Rebalances counts the periodic rebalance passes; RebalanceTime is
+	// their total time.
+	Rebalances    int
+	RebalanceTime time.Duration
+	// Reports counts the reports the leader answered; ReportTime is the
+	// total time of those calls.
+	Reports    int
+	ReportTime time.Duration
+}
+
+// PerRebalance is the mean time of one rebalance pass.
+func (c Cost) PerRebalance() time.Duration {
+	if c.Rebalances == 0 {
+		return 0
+	}
+	return c.RebalanceTime / time.Duration(c.Rebalances)
+}
+
+// PerReport is the mean time the leader took to answer one report.
+func (c Cost) PerReport() time.Duration {
+	if c.Reports == 0 {
+		return 0
+	}
+	return c.ReportTime / time.Duration(c.Reports)
+}
+
 type kind uint8
 
 const (
 	kArrival    kind = iota // a fresh arrival at region who
-	kRetry                  // a retry at region who; n is the retry number
+	kRetry                  // a retry at region who; n is the retry number, u the user
 	kReport                 // pod who sends its periodic report
 	kReportRecv             // the leader receives report n
 	kAnswer                 // pod who receives answer n
@@ -171,6 +206,7 @@ type event struct {
 	kind kind
 	who  int32 // region or pod index
 	n    int32
+	u    int32 // a retry's user (Spec.Users)
 }
 
 // queue is a binary min-heap of events ordered by (at, seq): same-instant
@@ -305,7 +341,8 @@ type world struct {
 	answers []sentAnswer
 
 	central    *central
-	tok        *tokWorld // Spec.Tokens; nil without
+	tok        *tokWorld  // Spec.Tokens; nil without
+	users      *userWorld // Spec.Users; nil without
 	fine       fine
 	admissions []int64
 	secIdeal   float64
@@ -408,6 +445,11 @@ func newWorld(spec *Spec, mode shares.Mode, seed uint64) (*world, error) {
 		w.tok = &tokWorld{budget: tb, per: tk.PerRequest, central: c}
 		w.res.Tokens = &TokensResult{Rate: tb.Rate, Burst: tb.Burst, PerRequest: tk.PerRequest, Duration: spec.Duration.Seconds()}
 	}
+	if u := spec.Users; u != nil {
+		if w.users, err = newUserWorld(w, u, mode, seed); err != nil {
+			return nil, fmt.Errorf("users: %w", err)
+		}
+	}
 	pods := spec.pods()
 	w.fine.region = make([][]float64, len(spec.Regions))
 	for i, name := range spec.Regions {
@@ -432,6 +474,9 @@ func newWorld(spec *Spec, mode shares.Mode, seed uint64) (*world, error) {
 			})
 		}
 		w.regions = append(w.regions, rs)
+	}
+	if w.users != nil {
+		w.users.addPods(len(w.pods))
 	}
 	// The first term started one learning period before the run: the
 	// scenarios measure a running system, not the cold start of its
@@ -464,6 +509,9 @@ func (w *world) startTerm(t int64, learning time.Duration) error {
 	// A coordinator hands a new leader the budgets at once (a learning
 	// answer renews only grants whose budget it knows).
 	l.SetBudgets(w.budgets())
+	if w.users != nil {
+		l.SetNamedDefault(UserLimit+"=", w.users.classDefault())
+	}
 	w.leader, w.stepChanges, w.termStart = l, 0, w.at(t)
 	w.res.Terms++
 	w.tracef(t, "term %d starts, learning for %v", w.term, learning)
@@ -492,6 +540,12 @@ func (w *world) at(t int64) time.Time { return time.UnixMicro(w.off + t) }
 func (w *world) schedule(at int64, k kind, who, n int) {
 	w.seq++
 	w.q.push(event{at: at, seq: w.seq, kind: k, who: int32(who), n: int32(n)})
+}
+
+// scheduleRetry schedules retry n of user u's request at region i.
+func (w *world) scheduleRetry(at int64, i, n, u int) {
+	w.seq++
+	w.q.push(event{at: at, seq: w.seq, kind: kRetry, who: int32(i), n: int32(n), u: int32(u)})
 }
 
 func (w *world) delay(j Jitter) int64 {
@@ -544,12 +598,12 @@ func (w *world) run() error {
 		i := int(e.who)
 		switch e.kind {
 		case kArrival:
-			w.arrive(i, e.at, 0)
+			w.arrive(i, e.at, 0, -1)
 			if t, ok := w.regions[i].gen.next(w.end); ok {
 				w.schedule(t, kArrival, i, 0)
 			}
 		case kRetry:
-			w.arrive(i, e.at, int(e.n))
+			w.arrive(i, e.at, int(e.n), int(e.u))
 		case kReport:
 			w.sendReport(i, e.at, false)
 			w.schedule(e.at+p, kReport, i, 0)
@@ -702,15 +756,19 @@ func (w *world) checkI4(t int64, fresh bool) {
 
 // arrive decides one unit arriving at region i at t: the region's load
 // balancer hands it to one of its pods, which decides it against the
-// region's key with the limit it enforces.
-func (w *world) arrive(i int, t int64, retry int) {
+// region's key with the limit it enforces. u is a retry's user (Spec.Users;
+// a fresh arrival, -1, draws one).
+func (w *world) arrive(i int, t int64, retry, u int) {
 	rs := w.regions[i]
 	k := rs.pods[w.rngLB.IntN(len(rs.pods))]
 	ps := w.pods[k]
 	inWin := t >= w.warm
 	rs.secOffered++
 	w.secOffered++
-	if w.centralAdmit(t) {
+	if w.users != nil && u < 0 {
+		u = w.users.pick()
+	}
+	if w.centralAdmit(t, u) {
 		bump(&w.fine.ideal, bucketOf(t))
 		w.secIdeal++
 		if inWin {
@@ -720,6 +778,9 @@ func (w *world) arrive(i int, t int64, retry int) {
 	w.enforce(k, t)
 	w.checkI4(t, false)
 	w.checkTokI4()
+	if w.users != nil {
+		w.meetUser(u, t)
+	}
 	allowed := false
 	var retryAfter time.Duration
 	if ps.eff.ok {
@@ -739,8 +800,18 @@ func (w *world) arrive(i int, t int64, retry int) {
 				retryAfter = time.Second
 			}
 		}
-		if allowed || w.tok == nil {
+		var uns gcra.State
+		if w.users != nil && allowed {
+			var ra time.Duration
+			if uns, allowed, ra = w.decideUser(i, k, u, t); !allowed {
+				retryAfter = ra
+			}
+		}
+		if allowed || (w.tok == nil && w.users == nil) {
 			rs.key = ns
+		}
+		if allowed && w.users != nil {
+			w.users.keys[i][u] = uns
 		}
 	}
 	if inWin {
@@ -760,6 +831,21 @@ func (w *world) arrive(i int, t int64, retry int) {
 			w.res.Tokens.AdmittedRun += float64(tk.per)
 			if inWin {
 				w.res.Tokens.Admitted += tk.per
+			}
+		}
+	}
+	if uw := w.users; uw != nil {
+		if inWin {
+			uw.offered[u]++
+			if !allowed {
+				uw.denied[u]++
+			}
+		}
+		stepped = ps.tracker.Add(w.at(t), uw.ids[u], 1, adm) || stepped
+		if allowed {
+			uw.admitUser(u, t)
+			if inWin && u == 0 {
+				uw.res.HeavyAdmitted++
 			}
 		}
 	}
@@ -783,26 +869,45 @@ func (w *world) arrive(i int, t int64, retry int) {
 	if rt := w.spec.Retry; rt != nil && retry < rt.Attempts {
 		d := rt.backoff(retry, retryAfter, w.rngRetry)
 		if at := t + d.Microseconds(); at < w.end {
-			w.schedule(at, kRetry, i, retry+1)
+			w.scheduleRetry(at, i, retry+1, u)
 		}
 	}
 }
 
-// centralAdmit is the central limiter's decision of one arrival at t: of
-// both budgets at once with Spec.Tokens.
-func (w *world) centralAdmit(t int64) bool {
-	tk := w.tok
-	if tk == nil {
+// centralAdmit is the central limiter's decision of one arrival at t (of
+// user u with Spec.Users): of every budget at once with Spec.Tokens or
+// Spec.Users.
+func (w *world) centralAdmit(t int64, u int) bool {
+	tk, uw := w.tok, w.users
+	if tk == nil && uw == nil {
 		return w.central.admit(t)
 	}
-	rs, rok := w.central.try(t, 1)
-	ts, tok := tk.central.try(t, tk.per)
-	if !rok || !tok {
+	rs, ok := w.central.try(t, 1)
+	var ts, us gcra.State
+	if ok && tk != nil {
+		ts, ok = tk.central.try(t, tk.per)
+	}
+	if ok && uw != nil {
+		us, ok = uw.userCentral(u, t, w.off)
+		if !ok && t >= w.warm {
+			uw.bound[u] = true
+		}
+	}
+	if !ok {
 		return false
 	}
-	w.central.s, tk.central.s = rs, ts
-	if t >= w.warm {
-		w.res.Tokens.Ideal += tk.per
+	w.central.s = rs
+	if tk != nil {
+		tk.central.s = ts
+		if t >= w.warm {
+			w.res.Tokens.Ideal += tk.per
+		}
+	}
+	if uw != nil {
+		uw.central[u] = us
+		if t >= w.warm && u == 0 {
+			uw.res.HeavyIdeal++
+		}
 	}
 	return true
 }
@@ -841,6 +946,10 @@ func (w *world) sendReport(k int, t int64, extra bool) {
 		w.res.LostReports++
 		w.resend(k, t)
 		return
+	}
+	if w.users != nil {
+		w.users.res.Reports++
+		w.users.res.UsageEntries += int64(len(usage))
 	}
 	w.reports = append(w.reports, sentReport{pod: k, sentAt: t, rep: rep})
 	w.schedule(t+w.delay(w.spec.Network.Report), kReportRecv, 0, len(w.reports)-1)
@@ -960,7 +1069,10 @@ func (w *world) receiveReport(n int, t int64) error {
 		w.resend(sr.pod, t)
 		return nil
 	}
+	start := time.Now()
 	ans, err := w.leader.Report(w.at(t), sr.rep)
+	w.res.Cost.ReportTime += time.Since(start)
+	w.res.Cost.Reports++
 	w.tracef(t, "leader got %s report sent %dµs t%d/e%d usage %+v", sr.rep.Pod, sr.sentAt, sr.rep.Term, sr.rep.Applied, sr.rep.Usage[Tenant])
 	if err != nil {
 		return fmt.Errorf("report from %s at %v: %w", sr.rep.Pod, time.Duration(t)*time.Microsecond, err)
@@ -1026,6 +1138,7 @@ func (w *world) answered(k, n int, t int64) {
 	w.tracef(t, "%s answered (sent %dµs): term %d learning=%v full=%v epoch %d entries %+v",
 		ps.id, sa.sentAt, sa.ans.Term, sa.ans.Learning, sa.ans.Full, sa.ans.Epoch, sa.ans.Entries)
 	w.refreshAll(t)
+	w.checkUserEntries(sa.ans.Entries, t)
 	if _, renewed, _ := ps.st.Standing(w.at(t)); renewed > renewedBefore {
 		shrunk = true // (the leader learns at once that the renewal applied)
 	}
@@ -1039,7 +1152,12 @@ func (w *world) rebalance(t int64) {
 		return
 	}
 	w.leader.SetBudgets(w.budgets())
-	w.changed(t, w.leader.Rebalance(w.at(t)))
+	start := time.Now()
+	changes := w.leader.Rebalance(w.at(t))
+	w.res.Cost.RebalanceTime += time.Since(start)
+	w.res.Cost.Rebalances++
+	w.observeIDs(t)
+	w.changed(t, changes)
 	w.nudge(t, -1)
 }
 
@@ -1060,6 +1178,7 @@ func (w *world) changed(t int64, changes []shares.Change) {
 
 func (w *world) sample(t int64) {
 	w.refreshAll(t)
+	w.checkUsers(t)
 	s := Sample{
 		At:       time.Duration(t) * time.Microsecond,
 		Offered:  w.secOffered,
@@ -1105,6 +1224,7 @@ func (w *world) finish() {
 		r.Events = []time.Duration{0}
 	}
 	w.eventMeasures()
+	w.finishUsers()
 	tr := newTracking(r.Series, r.Rate, len(r.Regions))
 	r.Convergence = tr.convergence(r.Events, r.Rate)
 	r.ConvergenceWorst = 0

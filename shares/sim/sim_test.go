@@ -33,6 +33,8 @@ func TestDeterministic(t *testing.T) {
 	s := short()
 	a := run(t, s, shares.ModeRebalanced, 7)
 	b := run(t, short(), shares.ModeRebalanced, 7)
+	// Cost is wall-clock time: the one part that may differ.
+	a.Cost, b.Cost = Cost{}, Cost{}
 	if !reflect.DeepEqual(a, b) {
 		t.Fatal("two runs with seed 7 differ")
 	}
@@ -120,6 +122,9 @@ func TestI5RegularReports(t *testing.T) {
 // more than B + R·W. (Full mode is the unsafe comparison: TestSkewShift.)
 func TestBudgetSafeEveryScenario(t *testing.T) {
 	for _, s := range Scenarios() {
+		if s.Users != nil {
+			continue // TestManyUsers runs it in both safe modes (it takes long under -race)
+		}
 		for _, m := range s.Modes {
 			if m == shares.ModeFull {
 				continue
@@ -136,6 +141,14 @@ func TestBudgetSafeEveryScenario(t *testing.T) {
 					}
 					if most := tk.Rate*tk.Duration + float64(tk.Burst); tk.AdmittedRun > most {
 						t.Errorf("tokens: admitted %.0f over the run, more than R·t + B = %.0f", tk.AdmittedRun, most)
+					}
+				}
+				if u := r.Users; u != nil {
+					if u.PeakRateSum > u.Rate*(1+1e-9) || u.PeakBurstSum > u.Burst {
+						t.Errorf("I4, users: a user's peak Σ enforced (rate %.3f, burst %d), want ≤ (%g, %d)", u.PeakRateSum, u.PeakBurstSum, u.Rate, u.Burst)
+					}
+					if u.RunMargin > 0 || u.OverAdmission.Units > 0 {
+						t.Errorf("users: a user admitted %.0f over R·t + B; worst window excess %+v", u.RunMargin, u.OverAdmission)
 					}
 				}
 				if r.OverAdmission.Units > 0 {
@@ -416,4 +429,50 @@ func TestTokensBindFirst(t *testing.T) {
 		t.Errorf("I4, tokens: peak Σ enforced %.1f/s burst %d, want ≤ %.0f, %d", tk.PeakRateSum, tk.PeakBurstSum, tk.Rate, tk.Burst)
 	}
 	t.Logf("utilisation %.2f%%, %.1f grant changes a minute (whole run), tokens admitted %d of %d ideal", 100*r.Utilisation, float64(r.GrantChanges)/minutes, tk.Admitted, tk.Ideal)
+}
+
+// Many users, each with a global per-user limit shared key by key: no user
+// is admitted beyond its limit in any window or over the run, the busiest
+// user gets nearly what one central limiter gives it although it is busy
+// in every region, users under their limit are seldom denied, and
+// rebalanced beats static.
+func TestManyUsers(t *testing.T) {
+	s, err := Lookup("users")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, s, shares.ModeRebalanced, 1)
+	u := r.Users
+	if u == nil {
+		t.Fatal("no users result")
+	}
+	if u.Seen < 5000 || u.PeakIDs < 5000 {
+		t.Errorf("%d users seen, %d budget IDs at the leader at most: want thousands of active keys", u.Seen, u.PeakIDs)
+	}
+	if u.Bound < 10 {
+		t.Errorf("%d users bound by their limit, want the busiest (about 18)", u.Bound)
+	}
+	if f := float64(u.HeavyAdmitted) / float64(u.HeavyIdeal); f < 0.95 {
+		t.Errorf("the busiest user got %d of the central limiter's %d (%.1f%%), want ≥ 95%%", u.HeavyAdmitted, u.HeavyIdeal, 100*f)
+	}
+	if f := float64(u.UnderDenied) / float64(u.UnderOffered); f > 0.08 {
+		t.Errorf("users under their limit: %d of %d requests denied (%.1f%%), want ≤ 8%%", u.UnderDenied, u.UnderOffered, 100*f)
+	}
+	if r.Utilisation < 0.92 {
+		t.Errorf("utilisation %.1f%%, want ≥ 92%%", 100*r.Utilisation)
+	}
+	st := run(t, s, shares.ModeStatic, 1)
+	for _, x := range []*Result{r, st} {
+		if x.PeakRateSum > x.Rate*(1+1e-9) || x.PeakBurstSum > x.Burst || x.OverAdmission.Units > 0 {
+			t.Errorf("%s: the tenant's I4 peak (%.3f, %d) or over-admission %+v", x.Mode, x.PeakRateSum, x.PeakBurstSum, x.OverAdmission)
+		}
+		if u := x.Users; u.PeakRateSum > u.Rate*(1+1e-9) || u.PeakBurstSum > u.Burst || u.RunMargin > 0 || u.OverAdmission.Units > 0 {
+			t.Errorf("%s: a user's I4 peak (%.3f, %d), run margin %.0f, window excess %+v", x.Mode, u.PeakRateSum, u.PeakBurstSum, u.RunMargin, u.OverAdmission)
+		}
+	}
+	if r.Utilisation <= st.Utilisation {
+		t.Errorf("rebalanced %.1f%% ≤ static %.1f%%", 100*r.Utilisation, 100*st.Utilisation)
+	}
+	t.Logf("rebalanced %.1f%% (static %.1f%%); %d users seen, %d bound; busiest %d of %d; under-limit denied %d of %d; leader held %d IDs at most (%.0f mean); %v per rebalance (measured, this machine)",
+		100*r.Utilisation, 100*st.Utilisation, u.Seen, u.Bound, u.HeavyAdmitted, u.HeavyIdeal, u.UnderDenied, u.UnderOffered, u.PeakIDs, u.MeanIDs, r.Cost.PerRebalance())
 }

@@ -91,6 +91,10 @@ type Spec struct {
 	// budgets admit it (as by one composite decision), here and in the
 	// central limiter it is compared with.
 	Tokens *Tokens
+	// Users, when set, spreads the tenant's requests over a population of
+	// users, each with a global per-user limit shared key by key (see
+	// Users).
+	Users *Users
 	// Modes are the modes the scenario is run in, the first being the one
 	// that is plotted in detail.
 	Modes []shares.Mode
@@ -190,6 +194,19 @@ func (s *Spec) Validate() error {
 		b.Mode, b.Home = shares.ModeRebalanced, ""
 		if err := b.Validate(s.Regions); err != nil {
 			return fmt.Errorf("%w: Tokens.Budget: %w", ErrInvalidSpec, err)
+		}
+	}
+	if u := s.Users; u != nil {
+		if u.Count < 1 || u.Count > maxUsers {
+			return bad("Users.Count", "%d is outside [1, %d]", u.Count, maxUsers)
+		}
+		if !(u.Zipf >= 0) || u.Zipf > 10 {
+			return bad("Users.Zipf", "%v is outside [0, 10]", u.Zipf)
+		}
+		b := u.Budget
+		b.Mode, b.Home = shares.ModeRebalanced, ""
+		if err := b.Validate(s.Regions); err != nil {
+			return fmt.Errorf("%w: Users.Budget: %w", ErrInvalidSpec, err)
 		}
 	}
 	switch {
