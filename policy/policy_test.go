@@ -416,3 +416,48 @@ tenants:
 		t.Errorf("a budget limit keyed by a free descriptor: %v, want an error naming limits[1].descriptors", err)
 	}
 }
+
+// KeyLimit finds the global limit with a rate of its own keyed on exactly
+// tenant and the keys asked for, and no other.
+func TestKeyLimit(t *testing.T) {
+	d, err := Parse([]byte(`version: 1
+regions: [us-east]
+default_tier: free
+limits:
+  - {name: tenant, descriptors: [tenant], rate: budget}
+  - {name: local-ip, descriptors: [tenant, ip], rate: 5/s, burst: 5}
+  - {name: kinded, descriptors: [tenant, ip, kind], match: {kind: a}, rate: 5/s, burst: 5, scope: global}
+  - {name: per-ip, descriptors: [ip, tenant], rate: 40/s, burst: 40, scope: global}
+  - {name: per-ip-user, descriptors: [tenant, ip, user], rate: 10/s, burst: 10, scope: global}
+tiers:
+  free: {budget: {rate: 100/s, burst: 20}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := d.Resolve("t1")
+	for _, c := range []struct {
+		keys []string
+		want string // "" for none
+	}{
+		{[]string{"ip"}, "per-ip"},
+		{[]string{"user", "ip"}, "per-ip-user"},
+		{[]string{"ip", "kind"}, ""}, // match values: not every value
+		{[]string{"user"}, ""},
+		{nil, ""}, // the tenant's budget is not a key limit
+		{[]string{"tenant"}, ""},
+	} {
+		got := "" // none
+		if l, ok := r.KeyLimit(c.keys); ok {
+			got = l.Name
+		}
+		if got != c.want {
+			t.Errorf("KeyLimit(%v) = %q, want %q", c.keys, got, c.want)
+		}
+	}
+	for name, ok := range map[string]bool{"remote_address": true, "x-y_1": true, "X-Client": false, "1ip": false, "": false, strings.Repeat("a", 64): false} {
+		if err := ValidateDescriptor(name); (err == nil) != ok {
+			t.Errorf("ValidateDescriptor(%q) = %v, want ok %v", name, err, ok)
+		}
+	}
+}

@@ -240,6 +240,31 @@ func (d *Document) KeyLimits() []ResolvedLimit {
 	return out
 }
 
+// KeyLimit returns the first of r's global limits with a rate of their own
+// (scope: global, shared key by key, see Document.KeyBudget) keyed on
+// exactly tenant and keys (distinct, in any order), with no match values: the limit
+// a request carrying tenant and those keys is shared by, per value. ok is
+// false when r has none.
+func (r *Resolved) KeyLimit(keys []string) (l *ResolvedLimit, ok bool) {
+	for i := range r.Limits {
+		l := &r.Limits[i]
+		if !l.Global || l.FromBudget || len(l.Match) > 0 || len(l.Descriptors) != len(keys)+1 || !slices.Contains(l.Descriptors, "tenant") {
+			continue
+		}
+		all := true
+		for _, k := range keys {
+			if k == "tenant" || !slices.Contains(l.Descriptors, k) {
+				all = false
+				break
+			}
+		}
+		if all {
+			return l, true
+		}
+	}
+	return nil, false
+}
+
 // BudgetNames returns the names of the named budgets the policy's limits
 // take (rate: budget.NAME), sorted; not "" (the tenant's budget).
 func (d *Document) BudgetNames() []string {

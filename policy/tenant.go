@@ -77,6 +77,16 @@ func ValidateTenant(name string) error {
 	return nil
 }
 
+// ValidateDescriptor checks a descriptor's name as a limit's descriptors
+// list it: 1 to 63 lowercase letters, digits, '_' or '-', starting with a
+// letter.
+func ValidateDescriptor(name string) error {
+	if !descriptorRE.MatchString(name) {
+		return fmt.Errorf("descriptor %q: want 1 to 63 lowercase letters, digits, '_' or '-', starting with a letter", name)
+	}
+	return nil
+}
+
 // ValidTenant is ValidateTenant, under the name its first callers use.
 func ValidTenant(id string) error { return ValidateTenant(id) }
 

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -51,15 +54,28 @@ type EnvoyOptions struct {
 	// KeyPrefix starts every counter's key (its CACHE_KEY_PREFIX), so that
 	// several deployments can share one Redis.
 	KeyPrefix string
-	// Global maps limits of the configuration (by path, as /rlconfig
-	// lists them, e.g. edge.path_/api) to allot tenants: a descriptor
-	// that limit matches is decided as a request of that tenant by allot's
-	// policy, so it spends the tenant's global budget, shared across
-	// regions by the coordinator, instead of a counter of this region's
-	// own. Only a limit with one counter can be global (exact values on
-	// its path: no bare key, no wildcard without share_threshold). Needs
-	// etcd.
-	Global map[string]string
+	// Global marks limits of the configuration (by path, as /rlconfig
+	// lists them, e.g. edge.path_/api) global, each decided as a request
+	// of an allot tenant by allot's policy instead of by a counter of
+	// this region's own, so that it spends a budget the coordinator
+	// shares across regions. A limit with one counter (exact values on
+	// its path) is decided as {tenant: T}: it spends the tenant's budget.
+	// A limit counted per value (a bare key, or a wildcard without
+	// share_threshold, on its path) is decided as {tenant: T, NAME:
+	// value, ...}, one descriptor per entry counted per value (named by
+	// envoyconf.Global.Descriptors, default the entry's key): the
+	// tenant's policy must have a global limit with a rate of its own
+	// keyed on exactly those (policy.Resolved.KeyLimit), which shares
+	// each value's budget across regions; its rate must be the file's
+	// requests_per_unit per unit, and its rate and burst are what is
+	// enforced. Both are checked when the configuration is set if the
+	// pod has a policy; a policy that loses that limit later makes the
+	// limit's descriptors decided by this region's own counter, logged
+	// and counted in allot_fallback_decisions_total{reason=
+	// "no_global_limit"}. Every other limit of the policy that the
+	// descriptors match applies too (one keyed on tenant alone, e.g. the
+	// tenant's budget, caps every value together). Needs etcd.
+	Global map[string]envoyconf.Global
 }
 
 // Envoy answer limits: a request beyond them is refused as malformed.
@@ -93,6 +109,58 @@ type envoyLimit struct {
 	// tenant, when set, is the allot tenant whose budget the limit spends
 	// (EnvoyOptions.Global).
 	tenant string
+	// names are, for a global limit counted per value, the allot
+	// descriptors its values are decided under, and vary where each
+	// value sits in a matching descriptor's entries (nil: one counter).
+	names []string
+	vary  []int
+	// keyed caches, for a limit with names, the last tenant entry checked
+	// for the policy's limit that shares its values; warned is set once
+	// its absence was logged.
+	keyed  atomic.Pointer[keyedCheck]
+	warned atomic.Bool
+}
+
+// keyedCheck is whether one tenant entry (one policy) has the global limit
+// a per-value envoy limit's values are shared by.
+type keyedCheck struct {
+	te  *tenantEntry
+	err error
+}
+
+// keyLimit returns the limit of te's policy (tenant's) that shares the
+// values of a global envoy limit counted per value, decided under names,
+// or why it has none; rate and burst are the envoy limit's, for the
+// example the error gives.
+func keyLimit(te *tenantEntry, tenant string, names []string, rate gcra.Rate, burst int64) (*policy.ResolvedLimit, error) {
+	l, ok := te.resolved.KeyLimit(names)
+	if !ok {
+		return nil, fmt.Errorf("tenant %s's policy has no global limit with a rate of its own keyed on exactly [tenant %s] (without match), e.g. {name: %s, descriptors: [tenant, %s], rate: %s, burst: %d, scope: global}",
+			tenant, strings.Join(names, " "), strings.ReplaceAll(names[0], "_", "-"), strings.Join(names, ", "), rate, burst)
+	}
+	return l, nil
+}
+
+// keyedOK reports whether the tenant's policy has the global limit that
+// shares a per-value limit's values (true when no policy is loaded yet:
+// Decide answers that). The first time it has not, it logs why.
+func (s *Service) keyedOK(el *envoyLimit) bool {
+	te := s.view.tenant(el.tenant)
+	if te == nil {
+		return true
+	}
+	c := el.keyed.Load()
+	if c == nil || c.te != te {
+		_, err := keyLimit(te, el.tenant, el.names, el.rl.Rate, el.rl.Burst)
+		c = &keyedCheck{te: te, err: err}
+		el.keyed.Store(c)
+	}
+	if c.err != nil && el.warned.CompareAndSwap(false, true) {
+		s.log.Warn("a global envoy limit counted per value has no global limit in its tenant's policy to share its values: deciding it with this region's own counter, as if it were not global",
+			"limit", el.rl.Name, "err", c.err.Error(),
+			"note", "further such decisions are counted in allot_fallback_decisions_total{reason=\"no_global_limit\"}, not logged")
+	}
+	return c.err == nil
 }
 
 func (s *Service) newEnvoyLimit(src *envoyconf.Limit, name string, rpu uint32, unit string, failClosed bool) (*envoyLimit, error) {
@@ -150,12 +218,16 @@ func (s *Service) SetEnvoyConfig(cfg *envoyconf.Config, opts EnvoyOptions) error
 	if len(opts.Global) > 0 && s.cfg.Etcd == nil {
 		return errors.New("global limits: need etcd (ALLOT_ETCD): the coordinator shares their budgets across regions")
 	}
-	for path, tenant := range opts.Global {
-		if err := cfg.CheckGlobal(path); err != nil {
+	names := make(map[string][]string, len(opts.Global))
+	for _, path := range slices.Sorted(maps.Keys(opts.Global)) {
+		g := opts.Global[path]
+		ns, err := cfg.CheckGlobal(path, g)
+		if err != nil {
 			return err
 		}
-		if err := policy.ValidateTenant(tenant); err != nil {
-			return fmt.Errorf("global limit %q: tenant %q: %w", path, tenant, err)
+		names[path] = ns
+		if err := s.checkKeyLimit(cfg, path, g, ns); err != nil {
+			return err
 		}
 	}
 	t := &envoyTable{cfg: cfg, opts: opts, limits: map[*envoyconf.Limit]*envoyLimit{}}
@@ -167,11 +239,45 @@ func (s *Service) SetEnvoyConfig(cfg *envoyconf.Config, opts EnvoyOptions) error
 		if err != nil {
 			return fmt.Errorf("%s:%d: limit %s: %w", l.File, l.Line, l.Path, err)
 		}
-		el.tenant = opts.Global[l.Path]
+		el.tenant = opts.Global[l.Path].Tenant
+		if el.tenant != "" && l.PerValue {
+			el.names = names[l.Path]
+			for _, e := range l.PerValueEntries {
+				el.vary = append(el.vary, e.Index)
+			}
+		}
 		t.limits[l] = el
 	}
 	s.envoy.Store(t)
 	return nil
+}
+
+// checkKeyLimit checks, when the pod has a policy, that the global limit
+// at path counted per value (names: its allot descriptors; nil for one
+// counter, which needs nothing) has a global limit in its tenant's policy
+// to share its values, at the file's rate.
+func (s *Service) checkKeyLimit(cfg *envoyconf.Config, path string, g envoyconf.Global, names []string) error {
+	te := s.view.tenant(g.Tenant)
+	if names == nil || te == nil {
+		return nil
+	}
+	l, _ := cfg.Limit(path)
+	r, b, ok := l.GCRA()
+	kl, err := keyLimit(te, g.Tenant, names, r, b)
+	if err != nil {
+		return g.Errorf(path, "tenant", "%v", err)
+	}
+	if ok && !sameRate(r, kl.Rate) {
+		return g.Errorf(path, "limit", "requests_per_unit %d per %s, but tenant %s's limit %s that shares its values is %s: make them equal (the policy's rate and burst are enforced; the file's is what answers and headers report)",
+			l.RequestsPerUnit, strings.ToLower(l.Unit), g.Tenant, kl.Name, kl.Rate)
+	}
+	return nil
+}
+
+// sameRate reports whether a and b are one rate (1/s and 60/m are).
+func sameRate(a, b gcra.Rate) bool {
+	x, y := a.PerSecond(), b.PerSecond()
+	return math.Abs(x-y) <= 1e-9*max(x, y)
 }
 
 // EnvoyConfig returns the configuration SetEnvoyConfig set (nil: none).
@@ -188,6 +294,9 @@ type envoyDescriptor struct {
 	unlimited bool
 	key       string
 	cost      int64
+	// descs are the descriptors a global limit counted per value is
+	// decided with (tenant and each value; nil otherwise).
+	descs map[string]string
 	// dec is the decision; decided is set once it is made; global when
 	// Decide made it (and counted it).
 	dec             Decision
@@ -275,6 +384,20 @@ func (s *Service) envoyRateLimit(ctx context.Context, t *envoyTable, r *rlsv3.Ra
 			continue
 		}
 		d.lim, d.key = t.limits[m.Limit], envoyKey(t.opts.KeyPrefix, domain, m.Entries, "envoy")
+		if el := d.lim; el != nil && el.names != nil {
+			d.descs = make(map[string]string, 1+len(el.names))
+			d.descs["tenant"] = el.tenant
+			for k, j := range el.vary {
+				if j >= len(m.Entries) {
+					return nil, s.envoyError(codes.Internal, "descriptors[%d]: limit %s: entry %d counted per value is missing", i, el.rl.Name, j)
+				}
+				v := m.Entries[j].Value
+				if len(v) > maxDescriptorValue {
+					return nil, s.envoyError(codes.InvalidArgument, "descriptors[%d].entries[%d].value: %d bytes, at most %d for the global limit %s", i, j, len(v), maxDescriptorValue, el.rl.Name)
+				}
+				d.descs[el.names[k]] = v
+			}
+		}
 	}
 	for i, gone := range envoyconf.Replaced(srcs) {
 		if gone {
@@ -304,9 +427,20 @@ func (s *Service) envoyDecide(ctx context.Context, ds []envoyDescriptor) error {
 		if el == nil {
 			continue
 		}
+		global := el.tenant != "" && d.cost > 0
+		if global && el.names != nil && !s.keyedOK(el) {
+			// Counted per value, and the tenant's policy has no limit to
+			// share the values: this region's own counter decides.
+			global = false
+			s.m.fallback.WithLabelValues(el.rl.Name, s.cfg.Region, "no_global_limit").Inc()
+		}
 		switch {
-		case el.tenant != "" && d.cost > 0:
-			dec, err := s.Decide(ctx, map[string]string{"tenant": el.tenant}, d.cost)
+		case global:
+			descs := d.descs
+			if descs == nil {
+				descs = map[string]string{"tenant": el.tenant}
+			}
+			dec, err := s.Decide(ctx, descs, d.cost)
 			if errors.Is(err, ErrBadRequest) {
 				// A cost above what the budget can ever admit.
 				dec, err = Decision{Limit: el.rl.Name, RetryAfter: el.rl.Rate.Period}, nil

@@ -337,7 +337,7 @@ func TestEnvoyBadRequests(t *testing.T) {
 	}
 	// Global limits need the coordinator, hence etcd.
 	cfg := p.s.EnvoyConfig()
-	if err := p.s.SetEnvoyConfig(cfg, EnvoyOptions{Global: map[string]string{"edge.path_/free": "t"}}); err == nil || !strings.Contains(err.Error(), "etcd") {
+	if err := p.s.SetEnvoyConfig(cfg, EnvoyOptions{Global: map[string]envoyconf.Global{"edge.path_/free": {Tenant: "t"}}}); err == nil || !strings.Contains(err.Error(), "etcd") {
 		t.Errorf("a global limit on a pod without etcd: %v, want an error naming etcd", err)
 	}
 }
@@ -544,12 +544,13 @@ descriptors:
 		pods = append(pods, ps...)
 	}
 	for _, c := range []struct {
-		global map[string]string
+		global map[string]envoyconf.Global
 		want   string
 	}{
-		{map[string]string{"edge.user": "edge-api"}, "counts each value"},
-		{map[string]string{"edge.path_/nope": "edge-api"}, "no such limit"},
-		{map[string]string{"edge.path_/api": "bad/tenant"}, "tenant"},
+		// Counted per user, and the policy has no global limit per user.
+		{map[string]envoyconf.Global{"edge.user": {Tenant: "edge-api"}}, `global limit "edge.user": tenant: tenant edge-api's policy has no global limit`},
+		{map[string]envoyconf.Global{"edge.path_/nope": {Tenant: "edge-api"}}, "no such limit"},
+		{map[string]envoyconf.Global{"edge.path_/api": {Tenant: "bad/tenant"}}, "tenant"},
 	} {
 		if err := pods[0].s.SetEnvoyConfig(cfg, EnvoyOptions{Only: true, Global: c.global}); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Global %v: %v, want an error saying %q", c.global, err, c.want)
@@ -559,7 +560,7 @@ descriptors:
 		t.Error("a refused configuration was set")
 	}
 	for _, p := range pods {
-		if err := p.s.SetEnvoyConfig(cfg, EnvoyOptions{Only: true, Global: map[string]string{"edge.path_/api": "edge-api"}}); err != nil {
+		if err := p.s.SetEnvoyConfig(cfg, EnvoyOptions{Only: true, Global: map[string]envoyconf.Global{"edge.path_/api": {Tenant: "edge-api"}}}); err != nil {
 			t.Fatal(err)
 		}
 	}

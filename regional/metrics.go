@@ -107,7 +107,7 @@ func newMetrics(reg prometheus.Registerer, region string, s *Service) (*metrics,
 			Name: "allot_decisions_total", Help: "Decisions by limiting limit and result (allowed, denied, shadow_denied).",
 		}, []string{"limit", "region", "result"}),
 		fallback: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "allot_fallback_decisions_total", Help: "Decisions made without the store, by limit and reason (timeout, unavailable, breaker_open, error) and policy (open, closed).",
+			Name: "allot_fallback_decisions_total", Help: "Decisions made without the store, by limit and reason (timeout, unavailable, breaker_open, error, no_share) and policy (open, closed); and decisions of a global envoy limit counted per value made by the region's own counter because its tenant's policy has no global limit to share its values (no_global_limit).",
 		}, []string{"limit", "region", "reason"}),
 		storeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "allot_store_duration_seconds", Help: "Duration of store calls (one round trip each).",

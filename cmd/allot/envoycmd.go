@@ -77,7 +77,9 @@ while Redis is down; closed: deny), ALLOT_RUNTIME_POLL (1s).
 
 To share a limit's budget across regions, join an allot cluster (ALLOT_ETCD,
 ALLOT_REGION, ALLOT_REPORT_TOKEN_FILE) and name the limit in ALLOT_GLOBAL_LIMITS,
-a file of allot's own (docs/envoy-ratelimit.md, "One limit across regions").
+a file of allot's own (docs/envoy-ratelimit.md, "One limit across regions"). A
+limit counted per value (per client address, per user) is shared value by value
+under the tenant's global limit per key (allot's policy: scope: global).
 
 Invoked as 'ratelimit' (the original's /bin/ratelimit), allot runs this
 command, so an image swap is the whole migration.`,
@@ -380,10 +382,16 @@ func envoyCheck(s *streams, st envoycompat.Settings, rt envoycompat.Runtime) err
 			return err
 		}
 		for _, path := range slices.Sorted(maps.Keys(global)) {
-			if err := cfg.CheckGlobal(path); err != nil {
-				return fmt.Errorf("%s: %w", st.GlobalLimits, err)
+			g := global[path]
+			names, err := cfg.CheckGlobal(path, g)
+			if err != nil {
+				return err
 			}
-			fmt.Fprintf(s.out, "global: %s spends tenant %s's budget\n", path, global[path])
+			if names == nil {
+				fmt.Fprintf(s.out, "global: %s spends tenant %s's budget\n", path, g.Tenant)
+				continue
+			}
+			fmt.Fprintf(s.out, "global: %s spends, per value, tenant %s's global limit keyed on [tenant %s]\n", path, g.Tenant, strings.Join(names, " "))
 		}
 	}
 	return nil

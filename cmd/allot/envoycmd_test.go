@@ -432,11 +432,30 @@ func TestEnvoyRatelimitGlobal(t *testing.T) {
 		!strings.Contains(out.String(), "global: edge.path_/api spends tenant edge-api's budget") {
 		t.Errorf("--check with a global file = %v\n%s", err, out.String())
 	}
-	bad := filepath.Join(dir, "bad-global.yaml")
-	writeFile(t, bad, "global:\n  - limit: edge.path\n    tenant: edge-api\n")
-	checkEnv["ALLOT_GLOBAL_LIMITS"] = bad
-	if err := runEnvoy(context.Background(), &streams{out: io.Discard, err: io.Discard}, func(k string) (string, bool) { v, ok := checkEnv[k]; return v, ok }, true, nil); err == nil || !strings.Contains(err.Error(), "no such limit") {
-		t.Errorf("--check with a global limit not in the configuration: %v", err)
+	// A limit counted per value, global under the names of its entries.
+	checkRoot := filepath.Join(dir, "rl-check")
+	writeFile(t, filepath.Join(checkRoot, "config", "edge.yaml"), "domain: edge\ndescriptors:\n  - key: path\n    value: /api\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"+
+		"  - key: X-Client\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+	perValue := filepath.Join(dir, "per-value.yaml")
+	writeFile(t, perValue, "global:\n  - limit: edge.X-Client\n    tenant: edge-client\n    descriptors: [client]\n")
+	checkEnv["RUNTIME_ROOT"], checkEnv["ALLOT_GLOBAL_LIMITS"] = checkRoot, perValue
+	out.Reset()
+	if err := runEnvoy(context.Background(), &streams{out: &out, err: io.Discard}, func(k string) (string, bool) { v, ok := checkEnv[k]; return v, ok }, true, nil); err != nil ||
+		!strings.Contains(out.String(), "global: edge.X-Client spends, per value, tenant edge-client's global limit keyed on [tenant client]") {
+		t.Errorf("--check with a global limit counted per value = %v\n%s", err, out.String())
+	}
+	for doc, want := range map[string]string{
+		"global:\n  - limit: edge.path\n    tenant: edge-api\n":                                "bad-global.yaml: global[0].limit: ",
+		"global:\n  - limit: edge.X-Client\n    tenant: edge-api\n":                            "bad-global.yaml: global[0].descriptors: ", // X-Client is no descriptor name
+		"global:\n  - limit: edge.path_/api\n    tenant: edge-api\n    descriptors: [x]\n":     "bad-global.yaml: global[0].descriptors: ",
+		"global:\n  - limit: edge.X-Client\n    tenant: edge-api\n    descriptors: [Client]\n": "bad-global.yaml: global[0].descriptors[0]: ",
+	} {
+		bad := filepath.Join(dir, "bad-global.yaml")
+		writeFile(t, bad, doc)
+		checkEnv["ALLOT_GLOBAL_LIMITS"] = bad
+		if err := runEnvoy(context.Background(), &streams{out: io.Discard, err: io.Discard}, func(k string) (string, bool) { v, ok := checkEnv[k]; return v, ok }, true, nil); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--check with %q: %v, want an error naming %s", doc, err, want)
+		}
 	}
 	rs := redistest.Start(t)
 	p := startEnvoy(t, rs.Addr, map[string]string{

@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/allot-dev/allot/gcra"
+	"github.com/allot-dev/allot/policy"
 )
 
 // ErrConfig is wrapped by every error ParseFile and Build return.
@@ -90,9 +91,20 @@ type Limit struct {
 	// apart (a bare key, or a wildcard value without share_threshold, on
 	// its path): one counter per distinct descriptor, not one in all.
 	PerValue bool
+	// PerValueEntries are a PerValue limit's entries counted per value, in
+	// path order: where each sits in a descriptor the limit matches (its
+	// entries line up with the path, one per level) and its key.
+	PerValueEntries []PerValueEntry
 	// File and Line locate the rate_limit.
 	File string
 	Line int
+}
+
+// PerValueEntry is one entry of a limit's path whose value is counted
+// apart: a bare key, or a wildcard value without share_threshold.
+type PerValueEntry struct {
+	Index int    // its position in a matching descriptor's entries
+	Key   string // the entry's key
 }
 
 // Period is the length of the limit's unit.
@@ -469,20 +481,139 @@ func (c *Config) Limit(path string) (*Limit, bool) {
 	return nil, false
 }
 
-// CheckGlobal reports why the limit at path cannot spend one budget shared
-// across regions: it is not in the config, it is unlimited, or it counts
-// each value of a key apart (PerValue). nil when it can.
-func (c *Config) CheckGlobal(path string) error {
+// Global marks a limit global: decided by allot's policy as a request of
+// an allot tenant, so that it spends a budget the coordinator shares across
+// regions (an entry of the ALLOT_GLOBAL_LIMITS file).
+type Global struct {
+	// Tenant is the allot tenant the limit's descriptors are decided as.
+	Tenant string
+	// Descriptors name, for a PerValue limit, the allot descriptor each of
+	// its PerValueEntries is decided under, in path order; nil: each
+	// entry's key. The tenant's policy shares each value under a global
+	// limit keyed on tenant and these (policy.Resolved.KeyLimit).
+	Descriptors []string
+	// Where names the entry in errors (e.g. "global.yaml: global[0]"); ""
+	// names it by its limit alone.
+	Where string
+}
+
+// maxGlobalKeys caps the per-value entries of a global limit: with the
+// tenant, the descriptors of one allot decision (at most 16).
+const maxGlobalKeys = 15
+
+// Errorf is an error about field (limit, tenant, descriptors…) of g, the
+// entry that marks path global: "WHERE.FIELD: global limit \"PATH\": MSG".
+func (g Global) Errorf(path, field, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	if g.Where == "" {
+		return fmt.Errorf("global limit %q: %s: %s", path, field, msg)
+	}
+	return fmt.Errorf("%s.%s: global limit %q: %s", g.Where, field, path, msg)
+}
+
+// CheckGlobal checks g, which marks the limit at path global, and returns
+// the allot descriptor names its per-value entries are decided under
+// (nil for a limit of one counter, which spends the tenant's budget as
+// one). It refuses, naming the field: a limit not in the config or
+// unlimited, an invalid tenant, and for a PerValue limit descriptor names
+// allot would refuse (when Descriptors is nil: entry keys that are not
+// such names), "tenant", a name twice, or not one name per entry; for a
+// limit of one counter, any Descriptors.
+func (c *Config) CheckGlobal(path string, g Global) ([]string, error) {
 	l, ok := c.Limit(path)
 	switch {
 	case !ok:
-		return fmt.Errorf("global limit %q: no such limit in the configuration (its paths: see /rlconfig or --check)", path)
+		return nil, g.Errorf(path, "limit", "no such limit in the configuration (its paths: see /rlconfig or --check)")
 	case l.Unlimited:
-		return fmt.Errorf("global limit %q: unlimited, nothing to share", path)
-	case l.PerValue:
-		return fmt.Errorf("global limit %q: counts each value of a key apart (a bare key or a wildcard on its path); only a limit with one counter can spend one global budget", path)
+		return nil, g.Errorf(path, "limit", "unlimited, nothing to share")
+	}
+	if err := policy.ValidateTenant(g.Tenant); err != nil {
+		return nil, g.Errorf(path, "tenant", "%v", err)
+	}
+	if !l.PerValue {
+		if g.Descriptors != nil {
+			return nil, g.Errorf(path, "descriptors", "the limit has one counter (exact values on its path), so no entry to name: leave descriptors out")
+		}
+		return nil, nil
+	}
+	keys := make([]string, len(l.PerValueEntries))
+	for i, e := range l.PerValueEntries {
+		keys[i] = e.Key
+	}
+	if len(keys) > maxGlobalKeys {
+		return nil, g.Errorf(path, "limit", "%d entries counted per value (%s), at most %d", len(keys), strings.Join(keys, ", "), maxGlobalKeys)
+	}
+	names := g.Descriptors
+	if names == nil {
+		for i, k := range keys {
+			if err := policy.ValidateDescriptor(k); err != nil || k == "tenant" {
+				return nil, g.Errorf(path, "descriptors", "missing, and entry %d's key %q (counted per value) is not an allot descriptor name (lowercase letters, digits, '_' or '-', starting with a letter; not tenant): list the name of each of %s, e.g. descriptors: [%s]",
+					i, k, strings.Join(keys, ", "), strings.Join(exampleNames(keys), ", "))
+			}
+		}
+		names = keys
+	} else if len(names) != len(keys) {
+		return nil, g.Errorf(path, "descriptors", "%d names for the limit's %d entries counted per value (%s): want one name per entry, in path order", len(names), len(keys), strings.Join(keys, ", "))
+	}
+	if err := CheckDescriptorNames(names); err != nil {
+		var ne *NameError
+		if errors.As(err, &ne) && g.Descriptors != nil {
+			return nil, g.Errorf(path, fmt.Sprintf("descriptors[%d]", ne.Index), "%s", ne.Msg)
+		}
+		return nil, g.Errorf(path, "descriptors", "missing, and the keys of the entries counted per value (%s) are not distinct descriptor names: list one name per entry, in path order", strings.Join(keys, ", "))
+	}
+	return slices.Clone(names), nil
+}
+
+// NameError is a descriptor name CheckDescriptorNames refuses.
+type NameError struct {
+	Index int // its position in the list
+	Msg   string
+}
+
+func (e *NameError) Error() string { return fmt.Sprintf("descriptors[%d]: %s", e.Index, e.Msg) }
+
+// CheckDescriptorNames checks the allot descriptor names of a global
+// limit's per-value entries: each valid (policy.ValidateDescriptor), none
+// "tenant" (the allot tenant is its own descriptor), none twice. Errors
+// are *NameError.
+func CheckDescriptorNames(names []string) error {
+	for i, n := range names {
+		switch err := policy.ValidateDescriptor(n); {
+		case err != nil:
+			return &NameError{Index: i, Msg: err.Error()}
+		case n == "tenant":
+			return &NameError{Index: i, Msg: `"tenant" names the allot tenant itself: pick another name`}
+		case slices.Contains(names[:i], n):
+			return &NameError{Index: i, Msg: fmt.Sprintf("%q is listed twice", n)}
+		}
 	}
 	return nil
+}
+
+// exampleNames suggests allot descriptor names for entry keys: lower case,
+// other characters as '_', a leading letter.
+func exampleNames(keys []string) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		b := []byte(strings.ToLower(k))
+		for j, c := range b {
+			switch {
+			case 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-', c == '_':
+			default:
+				b[j] = '_'
+			}
+		}
+		n := string(b)
+		if n == "" || n[0] < 'a' || n[0] > 'z' || n == "tenant" {
+			n = "k_" + n
+		}
+		if len(n) > 63 {
+			n = n[:63]
+		}
+		out[i] = n
+	}
+	return out
 }
 
 // Limits returns how many rate limits the config holds.
@@ -506,7 +637,7 @@ func Build(files []*File, merge bool) (*Config, error) {
 			root = newNode()
 			c.domains[f.Domain] = root
 		}
-		if err := c.load(f, root, f.Domain+".", f.descs, false); err != nil {
+		if err := c.load(f, root, f.Domain+".", f.descs, 0, nil); err != nil {
 			return nil, err
 		}
 		c.files = append(c.files, f.Name)
@@ -514,7 +645,9 @@ func Build(files []*File, merge bool) (*Config, error) {
 	return c, nil
 }
 
-func (c *Config) load(f *File, n *node, parent string, descs []descriptor, perValue bool) error {
+// load loads descs, the descriptors at depth (0: the domain's) of the
+// path, under n; perValue are the entries above them counted per value.
+func (c *Config) load(f *File, n *node, parent string, descs []descriptor, depth int, perValue []PerValueEntry) error {
 	for _, d := range descs {
 		if d.key == "" {
 			return &FieldError{File: f.Name, Line: d.line, Field: d.field + ".key", Msg: "descriptor has empty key"}
@@ -532,9 +665,13 @@ func (c *Config) load(f *File, n *node, parent string, descs []descriptor, perVa
 			return &FieldError{File: f.Name, Line: d.line, Field: d.field + ".share_threshold", Msg: fmt.Sprintf("share_threshold can only be used with wildcard values (ending with '*'), but found key '%s'", k)}
 		}
 		child := newNode()
-		pv := perValue || d.value == "" || wild && !d.share
+		pv := perValue
+		if d.value == "" || wild && !d.share {
+			pv = append(slices.Clip(perValue), PerValueEntry{Index: depth, Key: d.key})
+		}
 		if l := d.limit; l != nil {
-			l.Path, l.Shadow, l.Quota, l.DetailedMetric, l.PerValue = full, d.shadow, d.quota, d.detailed, pv
+			l.Path, l.Shadow, l.Quota, l.DetailedMetric = full, d.shadow, d.quota, d.detailed
+			l.PerValue, l.PerValueEntries = len(pv) > 0, pv
 			child.limit = l
 			c.all = append(c.all, l)
 		}
@@ -544,7 +681,7 @@ func (c *Config) load(f *File, n *node, parent string, descs []descriptor, perVa
 		if wild {
 			n.wildcards = append(n.wildcards, k)
 		}
-		if err := c.load(f, child, full+".", d.children, pv); err != nil {
+		if err := c.load(f, child, full+".", d.children, depth+1, pv); err != nil {
 			return err
 		}
 		n.children[k] = child

@@ -306,6 +306,11 @@ descriptors:
       - key: under
         value: x
         rate_limit: {unit: second, requests_per_unit: 1}
+      - key: deeper
+        descriptors:
+          - key: x
+            value: "1"
+            rate_limit: {unit: second, requests_per_unit: 1}
   - key: wild
     value: p*
     rate_limit: {unit: second, requests_per_unit: 1}
@@ -321,20 +326,89 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	for path, want := range map[string]bool{
-		"d.fixed_a": false, "d.fixed_a.sub_b": false, "d.fixed_a.any": true,
-		"d.bare": true, "d.bare.under_x": true, "d.wild_p*": true, "d.shared_p*": false,
+	for path, want := range map[string][]envoyconf.PerValueEntry{
+		"d.fixed_a":         nil,
+		"d.fixed_a.sub_b":   nil,
+		"d.fixed_a.any":     {{Index: 1, Key: "any"}},
+		"d.bare":            {{Index: 0, Key: "bare"}},
+		"d.bare.under_x":    {{Index: 0, Key: "bare"}},
+		"d.bare.deeper.x_1": {{Index: 0, Key: "bare"}, {Index: 1, Key: "deeper"}},
+		"d.wild_p*":         {{Index: 0, Key: "wild"}},
+		"d.shared_p*":       nil,
 	} {
 		l, ok := c.Limit(path)
 		if !ok {
 			t.Errorf("no limit at %s", path)
 			continue
 		}
-		if l.PerValue != want {
-			t.Errorf("%s: PerValue = %v, want %v", path, l.PerValue, want)
+		if l.PerValue != (want != nil) || !slices.Equal(l.PerValueEntries, want) {
+			t.Errorf("%s: PerValue, PerValueEntries = %v, %v, want %v, %v", path, l.PerValue, l.PerValueEntries, want != nil, want)
 		}
 	}
 	if _, ok := c.Limit("d.nothing"); ok {
 		t.Error("Limit found a path that is not there")
+	}
+}
+
+// CheckGlobal takes a limit of one counter and one counted per value, the
+// latter decided under its entries' keys or the names given, and refuses
+// every bad entry naming its field.
+func TestCheckGlobal(t *testing.T) {
+	c := build(t, false, `domain: edge
+descriptors:
+  - key: path
+    value: /api
+    rate_limit: {unit: second, requests_per_unit: 40}
+    descriptors:
+      - key: user
+        rate_limit: {unit: second, requests_per_unit: 5}
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 60}
+  - key: X-Client
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: a
+    descriptors:
+      - key: a
+        rate_limit: {unit: second, requests_per_unit: 1}
+  - key: free
+    rate_limit: {unlimited: true}
+`)
+	for _, ok := range []struct {
+		path string
+		g    envoyconf.Global
+		want []string
+	}{
+		{"edge.path_/api", envoyconf.Global{Tenant: "t"}, nil},
+		{"edge.path_/api.user", envoyconf.Global{Tenant: "t"}, []string{"user"}},
+		{"edge.remote_address", envoyconf.Global{Tenant: "t", Descriptors: []string{"ip"}}, []string{"ip"}},
+		{"edge.X-Client", envoyconf.Global{Tenant: "t", Descriptors: []string{"client"}}, []string{"client"}},
+		{"edge.a.a", envoyconf.Global{Tenant: "t", Descriptors: []string{"a", "b"}}, []string{"a", "b"}},
+	} {
+		got, err := c.CheckGlobal(ok.path, ok.g)
+		if err != nil || !slices.Equal(got, ok.want) {
+			t.Errorf("CheckGlobal(%s, %+v) = %v, %v, want %v", ok.path, ok.g, got, err, ok.want)
+		}
+	}
+	w := "g.yaml: global[3]"
+	for _, bad := range []struct {
+		path string
+		g    envoyconf.Global
+		want string
+	}{
+		{"edge.nope", envoyconf.Global{Tenant: "t", Where: w}, w + ".limit: "},
+		{"edge.free", envoyconf.Global{Tenant: "t", Where: w}, w + ".limit: "},
+		{"edge.path_/api", envoyconf.Global{Tenant: "a/b", Where: w}, w + ".tenant: "},
+		{"edge.path_/api", envoyconf.Global{Tenant: "t", Descriptors: []string{"x"}, Where: w}, w + ".descriptors: "},
+		{"edge.X-Client", envoyconf.Global{Tenant: "t", Where: w}, w + `.descriptors: global limit "edge.X-Client": missing, and entry 0's key "X-Client"`},
+		{"edge.remote_address", envoyconf.Global{Tenant: "t", Descriptors: []string{"a", "b"}, Where: w}, w + ".descriptors: "},
+		{"edge.remote_address", envoyconf.Global{Tenant: "t", Descriptors: []string{"Bad"}, Where: w}, w + ".descriptors[0]: "},
+		{"edge.remote_address", envoyconf.Global{Tenant: "t", Descriptors: []string{"tenant"}, Where: w}, w + ".descriptors[0]: "},
+		{"edge.a.a", envoyconf.Global{Tenant: "t", Where: w}, w + ".descriptors: "},
+		{"edge.a.a", envoyconf.Global{Tenant: "t", Descriptors: []string{"a", "a"}, Where: w}, w + ".descriptors[1]: "},
+		{"edge.nope", envoyconf.Global{Tenant: "t"}, `global limit "edge.nope": limit: no such limit`},
+	} {
+		if got, err := c.CheckGlobal(bad.path, bad.g); err == nil || !strings.HasPrefix(err.Error(), bad.want) {
+			t.Errorf("CheckGlobal(%s, %+v) = %v, %v, want an error starting %q", bad.path, bad.g, got, err, bad.want)
+		}
 	}
 }
