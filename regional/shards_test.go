@@ -50,6 +50,10 @@ func testShards(t *testing.T, n int) {
 		for range 2 {
 			cfg := coordtest.Fast(etcd.Client(t))
 			cfg.Shard, cfg.Shards = s, n
+			// Eight coordinators, four pods and etcd in one process under
+			// -race: a 1 s session can lapse for want of CPU alone, which
+			// the test would take for the crash's doing.
+			cfg.SessionTTL, cfg.Lease = 2*time.Second, 2500*time.Millisecond
 			coords[s] = append(coords[s], coordtest.Start(t, cfg))
 		}
 	}
@@ -249,7 +253,12 @@ func testShards(t *testing.T, n int) {
 		if s == 1 {
 			continue
 		}
-		st, err := leaderOf(s).Status(context.Background())
+		l := leaderOf(s)
+		if l == nil {
+			t.Errorf("shard %d has no leader after shard 1's leader died", s)
+			continue
+		}
+		st, err := l.Status(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
