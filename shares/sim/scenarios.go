@@ -253,10 +253,10 @@ func tokensShift() *Spec {
 
 // manyUsers: skew-shift at 0.9R spread over 10,000 users by a Zipf law
 // (s = 1; the busiest sends 9% of the requests), each user with a global
-// per-user limit of 5/s burst 10 shared key by key: the eighteen busiest
+// per-user limit of 5/s burst 10 shared key by key: about twenty of the busiest
 // bind in every region at once, and every user's share follows the shift.
 func manyUsers() *Spec {
-	s := shiftBase("users", "skew-shift at 0.9R over 10,000 users (Zipf s=1), each with a global per-user limit of 5/s burst 10: the 18 busiest bind", 0.9*RefRate)
+	s := shiftBase("users", "skew-shift at 0.9R over 10,000 users (Zipf s=1), each with a global per-user limit of 5/s burst 10: about twenty of the busiest bind", 0.9*RefRate)
 	s.Users = &Users{Count: 10_000, Budget: shares.Budget{Rate: 5, Burst: 10}, Zipf: 1}
 	return s
 }

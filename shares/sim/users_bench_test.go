@@ -34,6 +34,7 @@ func BenchmarkUsersLeader(b *testing.B) {
 	n := float64(b.N)
 	b.ReportMetric(float64(c.PerRebalance().Microseconds())/1000, "ms/rebalance")
 	b.ReportMetric(float64(c.PerReport().Nanoseconds())/1000, "µs/report")
+	b.ReportMetric(float64(c.Reports)/(n*s.Duration.Seconds()), "reports/s")
 	b.ReportMetric(ids/n, "peak-ids")
 	b.ReportMetric(mean/n, "mean-ids")
 	if m := mean / n; m > 0 {
