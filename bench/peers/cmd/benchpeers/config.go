@@ -135,7 +135,7 @@ Examples:
   cd bench/peers && GOFLAGS=-mod=mod go run ./cmd/benchpeers --quick
   cd bench/peers && GOFLAGS=-mod=mod go run ./cmd/benchpeers --peers physical,allot,envoy --conc 16 --rounds 2
   cd bench/peers && GOFLAGS=-mod=mod go run ./cmd/benchpeers --out /tmp/peers --duration 10s
-  /root/go/bin/benchstat -col /peer bench/results/peers/raw.txt
+  benchstat -col /peer bench/results/peers/raw.txt   # go install golang.org/x/perf/cmd/benchstat@latest
 
 Flags:
 `

@@ -498,7 +498,7 @@ func writeMarkdown(w io.Writer, rep report) {
 		}
 	}
 
-	fmt.Fprintf(w, "## Reproduce\n\n```sh\nmake bench-peers%s   # this run\nmake bench-peers ARGS=--quick   # about 2 minutes\n# every peer side by side, or two of them (p-values need --rounds 4 or more):\n/root/go/bin/benchstat -col /peer bench/results/peers/raw.txt\n/root/go/bin/benchstat -filter '/peer:(envoy-ratelimit OR allot-envoy-ratelimit OR allot-rls-exact)' -col /peer bench/results/peers/raw.txt\n```\n",
+	fmt.Fprintf(w, "## Reproduce\n\n```sh\nmake bench-peers%s   # this run\nmake bench-peers ARGS=--quick   # about 2 minutes\n# every peer side by side, or two of them (p-values need --rounds 4 or more):\nbenchstat -col /peer bench/results/peers/raw.txt\nbenchstat -filter '/peer:(envoy-ratelimit OR allot-envoy-ratelimit OR allot-rls-exact)' -col /peer bench/results/peers/raw.txt\n```\n",
 		makeArgs(cfg))
 }
 
