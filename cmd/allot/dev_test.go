@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -33,46 +31,12 @@ func buildAllot(t *testing.T) string {
 // API; a 429 with Retry-After from forward-auth; the decision in /metrics.
 func TestDevSubprocess(t *testing.T) {
 	bin := buildAllot(t)
-	addr := freeAddr(t)
-	base := "http://" + addr
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "dev", "--http-listen", addr)
-	cmd.Cancel = func() error { return cmd.Process.Signal(interruptSignal) }
-	cmd.WaitDelay = 10 * time.Second
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	banner := make(chan string, 1)
-	go func() {
-		var b strings.Builder
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			b.WriteString(sc.Text() + "\n")
-			if strings.HasPrefix(sc.Text(), "Ctrl-C") {
-				banner <- b.String()
-			}
+	d := startDevProcess(t, bin)
+	base := d.base
+	for _, want := range []string{base + "/regions/us-east/v1/decide", "region eu-west", "region ap-south", "allot budget set"} {
+		if !strings.Contains(d.banner, want) {
+			t.Errorf("banner lacks %q:\n%s", want, d.banner)
 		}
-		close(banner)
-	}()
-	select {
-	case b, ok := <-banner:
-		if !ok {
-			t.Fatalf("allot dev exited before its banner: %s", stderr.String())
-		}
-		for _, want := range []string{base + "/regions/us-east/v1/decide", "region eu-west", "region ap-south", "allot budget set"} {
-			if !strings.Contains(b, want) {
-				t.Errorf("banner lacks %q:\n%s", want, b)
-			}
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("no banner within 60s: %s", stderr.String())
 	}
 
 	run := func(args ...string) string {
@@ -211,10 +175,6 @@ func TestDevSubprocess(t *testing.T) {
 	resp.Body.Close()
 	if !strings.Contains(string(m), `allot_decisions_total{limit="tenant",region="us-east",result="denied"}`) {
 		t.Errorf("/metrics lacks the denial of t1")
-	}
-	cancel()
-	if err := cmd.Wait(); err != nil && ctx.Err() == nil {
-		t.Errorf("allot dev: %v", err)
 	}
 }
 

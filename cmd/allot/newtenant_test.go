@@ -10,49 +10,97 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/allot-dev/allot/internal/wait"
 )
 
-// startDevProcess runs the built binary's allot dev as a subprocess with
-// args and returns its HTTP base URL once it printed its banner.
-func startDevProcess(t *testing.T, bin string, args ...string) string {
+// devProcess is allot dev run as a process by a test.
+type devProcess struct {
+	base   string // http://ADDR of its one HTTP listener
+	banner string // what it printed up to its "Ctrl-C" line
+}
+
+// startDevProcess runs bin dev --http-listen on a free port with args and
+// waits for its banner. At cleanup it interrupts the process, as Ctrl-C
+// does, and fails the test unless it exits with status 0 (within 10 s; then
+// it is killed).
+func startDevProcess(t *testing.T, bin string, args ...string) *devProcess {
 	t.Helper()
 	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, bin, append([]string{"dev", "--http-listen", addr}, args...)...)
-	cmd.Cancel = func() error { return cmd.Process.Signal(interruptSignal) }
 	cmd.WaitDelay = 10 * time.Second
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr strings.Builder
+	var stderr syncBuilder
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		cancel()
-		_ = cmd.Wait()
+		defer cancel()
+		if err := cmd.Process.Signal(interruptSignal); err != nil {
+			t.Errorf("interrupt allot dev: %v", err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("allot dev, interrupted: %v (want exit status 0)\n%s", err, stderr.String())
+			}
+		case <-time.After(10 * time.Second):
+			cancel()
+			t.Errorf("allot dev did not exit within 10 s of an interrupt:\n%s", stderr.String())
+			_ = <-exited
+		}
 	})
-	banner := make(chan struct{})
+	banner := make(chan string, 1)
 	go func() {
+		var b strings.Builder
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
+			b.WriteString(sc.Text() + "\n")
 			if strings.HasPrefix(sc.Text(), "Ctrl-C") {
-				close(banner)
+				banner <- b.String()
 			}
 		}
+		close(banner)
 	}()
 	select {
-	case <-banner:
+	case b, ok := <-banner:
+		if !ok {
+			t.Fatalf("allot dev exited before its banner: %s", stderr.String())
+		}
+		return &devProcess{base: "http://" + addr, banner: b}
 	case <-time.After(60 * time.Second):
 		t.Fatalf("allot dev printed no banner within 60s: %s", stderr.String())
 	}
-	return "http://" + addr
+	return nil
+}
+
+// syncBuilder is a strings.Builder safe for a process's writes and a
+// test's reads.
+type syncBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuilder) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuilder) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // A brand-new tenant (no entry, no budget record: the default tier's 100/s,
@@ -80,7 +128,7 @@ func TestNewTenantSubprocess(t *testing.T) {
 			if err := os.WriteFile(pol, []byte(doc), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			base := startDevProcess(t, bin, "--regions", c.regions, "--policy", pol)
+			base := startDevProcess(t, bin, "--regions", c.regions, "--policy", pol).base
 			// A running deployment: its leader past learning, every region
 			// reporting.
 			n := strings.Count(c.regions, ",") + 1
