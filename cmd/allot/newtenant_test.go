@@ -56,8 +56,7 @@ func startDevProcess(t *testing.T, bin string, args ...string) *devProcess {
 			}
 		case <-time.After(10 * time.Second):
 			cancel()
-			t.Errorf("allot dev did not exit within 10 s of an interrupt:\n%s", stderr.String())
-			_ = <-exited
+			t.Errorf("allot dev did not exit within 10 s of an interrupt (killed: %v):\n%s", <-exited, stderr.String())
 		}
 	})
 	banner := make(chan string, 1)
