@@ -1182,12 +1182,32 @@ func (w *world) bound(t string) (float64, int64) {
 	}
 	// A pod that could learn of a decrease from nobody (cut from etcd
 	// while no coordinator led) enforces what it read: the decrease takes
-	// D from when it regains etcd or a leader, not from the change.
+	// D from when it regains etcd or a leader, not from the change. That
+	// holds for its floors too: a region set that grew lowers every
+	// region's floor, and such a pod keeps the floor of the set it read
+	// (the leader reserves the new one), so its excess counts on top, the
+	// largest of its region's blind pods.
+	cur := &w.snaps[len(w.snaps)-1]
+	var excessR map[string]float64
+	var excessB map[string]int64
 	for _, p := range w.pods {
 		if p.alive && (p.blind || w.now < p.blindUntil) {
 			bt := w.snaps[p.view].budget(t)
 			r, b = max(r, bt.Rate), max(b, bt.Burst)
+			old := w.own(p, t)
+			nr, nb := shares.Floor(cur.budget(t), cur.regions, p.region)
+			if old.Rate > nr || old.Burst > nb {
+				if excessR == nil {
+					excessR, excessB = map[string]float64{}, map[string]int64{}
+				}
+				excessR[p.region] = max(excessR[p.region], old.Rate-nr)
+				excessB[p.region] = max(excessB[p.region], old.Burst-nb)
+			}
 		}
+	}
+	for _, reg := range w.pool { // (in order: sums of floats are deterministic)
+		r += excessR[reg]
+		b += excessB[reg]
 	}
 	return r, b
 }
