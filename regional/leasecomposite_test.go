@@ -277,9 +277,40 @@ func TestDecideManyLeasedMatchesDecide(t *testing.T) {
 	waitBudget(t, batched, "t1", 1000.0/3600, 1000)
 	waitBudget(t, single, "t1", 1000.0/3600, 1000)
 	ctx := context.Background()
+	// Every round's tenants are met first, one unit each on both pods,
+	// and the rounds wait until both pods hold each one's whole budget
+	// as a leased grant: a new tenant's first grant may be a zero one
+	// for a round trip (the leader still counts the cold floor of the
+	// policy the pods started with, higher than this one's), and a round
+	// must not straddle it on one pod and not the other.
+	const rounds = 30
+	for round := range rounds {
+		for _, tenant := range []string{fmt.Sprintf("r%d-t0", round), fmt.Sprintf("r%d-t1", round)} {
+			for _, p := range []*pod{batched, single} {
+				if _, err := p.s.Decide(ctx, map[string]string{"tenant": tenant}, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	wait.Until(t, 20*time.Second, func() error {
+		for round := range rounds {
+			for _, tenant := range []string{fmt.Sprintf("r%d-t0", round), fmt.Sprintf("r%d-t1", round)} {
+				for _, p := range []*pod{batched, single} {
+					p.s.view.mu.RLock()
+					g, ok := p.s.view.pods[0].Grant(tenant)
+					p.s.view.mu.RUnlock()
+					if !ok || g.Rate < 1000.0/3600*(1-1e-9) || g.Burst < 1000 || !p.s.Leased() {
+						return fmt.Errorf("%s: grant %+v (held %v, leased %v), want the whole budget", tenant, g, ok, p.s.Leased())
+					}
+				}
+			}
+		}
+		return nil
+	})
 	r := rand.New(rand.NewPCG(12, 1))
 	denied := map[string]int{}
-	for round := range 30 {
+	for round := range rounds {
 		reqs := make([]Request, 40+r.IntN(60))
 		for i := range reqs {
 			d := map[string]string{"tenant": fmt.Sprintf("r%d-t%d", round, r.IntN(2)*r.IntN(2))}
