@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/allot-dev/allot/internal/tlstest"
 )
 
 func TestMain(m *testing.M) {
@@ -85,7 +87,7 @@ func checkErr(t *testing.T, call string, err error, want string) {
 // Config reads the files and names the flag of the one at fault.
 func TestConfigFileErrors(t *testing.T) {
 	t.Parallel()
-	p := newPKI(t)
+	p := tlstest.New(t)
 	missing := filepath.Join(t.TempDir(), "missing.pem")
 	notPEM := filepath.Join(t.TempDir(), "garbage.pem")
 	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
@@ -135,7 +137,7 @@ func TestConfigFileErrors(t *testing.T) {
 
 func TestConfigShape(t *testing.T) {
 	t.Parallel()
-	p := newPKI(t)
+	p := tlstest.New(t)
 	if cfg, err := (Server{}).Config(); cfg != nil || err != nil {
 		t.Errorf("Server{}.Config() = %v, %v; want nil, nil", cfg, err)
 	}
@@ -178,7 +180,7 @@ func serialOf(t *testing.T, c *tls.Certificate) int64 {
 
 func TestServerReload(t *testing.T) {
 	t.Parallel()
-	p := newPKI(t)
+	p := tlstest.New(t)
 	first := serialFromFile(t, p.ServerCert)
 	cfg, err := Server{CertFile: p.ServerCert, KeyFile: p.ServerKey, ReloadInterval: time.Nanosecond}.Config()
 	if err != nil {
@@ -194,7 +196,7 @@ func TestServerReload(t *testing.T) {
 	if got := get(); got != first {
 		t.Fatalf("serial = %d, want %d", got, first)
 	}
-	second := p.reissueServer(t, time.Now().Add(time.Hour))
+	second := p.ReissueServer(t, time.Now().Add(time.Hour))
 	if got := get(); got != second {
 		t.Fatalf("after rotation: serial = %d, want %d", got, second)
 	}
@@ -211,7 +213,7 @@ func TestServerReload(t *testing.T) {
 	if got := get(); got != second {
 		t.Fatalf("with the cert file gone: serial = %d, want %d (kept)", got, second)
 	}
-	third := p.reissueServer(t, time.Now().Add(2*time.Hour))
+	third := p.ReissueServer(t, time.Now().Add(2*time.Hour))
 	if got := get(); got != third {
 		t.Fatalf("after the rotation completes: serial = %d, want %d", got, third)
 	}
@@ -219,14 +221,14 @@ func TestServerReload(t *testing.T) {
 
 func TestReloadAtMostEveryInterval(t *testing.T) {
 	t.Parallel()
-	p := newPKI(t)
+	p := tlstest.New(t)
 	first := serialFromFile(t, p.ServerCert)
 	for _, interval := range []time.Duration{0, time.Hour} {
 		cfg, err := Server{CertFile: p.ServerCert, KeyFile: p.ServerKey, ReloadInterval: interval}.Config()
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.reissueServer(t, time.Now().Add(time.Hour))
+		p.ReissueServer(t, time.Now().Add(time.Hour))
 		c, _ := cfg.GetCertificate(&tls.ClientHelloInfo{})
 		if got := serialOf(t, c); got != first {
 			t.Errorf("ReloadInterval %v: serial right after rotation = %d, want %d (not checked yet)", interval, got, first)
@@ -237,12 +239,12 @@ func TestReloadAtMostEveryInterval(t *testing.T) {
 
 func TestClientReload(t *testing.T) {
 	t.Parallel()
-	p := newPKI(t)
+	p := tlstest.New(t)
 	cfg, err := Client{CAFile: p.CA, CertFile: p.ServerCert, KeyFile: p.ServerKey, ReloadInterval: time.Nanosecond}.Config()
 	if err != nil {
 		t.Fatal(err)
 	}
-	second := p.reissueServer(t, time.Now().Add(time.Hour))
+	second := p.ReissueServer(t, time.Now().Add(time.Hour))
 	c, err := cfg.GetClientCertificate(&tls.CertificateRequestInfo{})
 	if err != nil {
 		t.Fatal(err)
