@@ -62,6 +62,9 @@ func TestClientValidate(t *testing.T) {
 		{"cert without key", Client{FlagPrefix: "redis-tls", CertFile: "c"}, "--redis-tls-key (KeyFile): required with --redis-tls-cert", true},
 		{"key without cert", Client{FlagPrefix: "etcd-tls", KeyFile: "k"}, "--etcd-tls-cert (CertFile): required with --etcd-tls-key", true},
 		{"skip verify with ca", Client{CAFile: "ca", InsecureSkipVerify: true}, "--tls-insecure-skip-verify (InsecureSkipVerify): contradicts --tls-ca", true},
+		{"cert without key, by name", Client{CertFile: "c", Names: envNames}, "tls config: XDS_KEY: required with XDS_CERT", true},
+		{"key without cert, by name", Client{KeyFile: "k", Names: envNames}, "tls config: XDS_CERT: required with XDS_KEY", true},
+		{"skip verify with ca, by name", Client{CAFile: "ca", InsecureSkipVerify: true, Names: envNames}, "--tls-insecure-skip-verify (InsecureSkipVerify): contradicts XDS_CA", true},
 		{"negative reload", Client{ReloadInterval: -time.Second}, "ReloadInterval", false},
 	}
 	for _, tt := range tests {
@@ -74,6 +77,9 @@ func TestClientValidate(t *testing.T) {
 	}
 }
 
+// envNames names a Client's settings as environment variables.
+var envNames = map[string]string{"CAFile": "XDS_CA", "CertFile": "XDS_CERT", "KeyFile": "XDS_KEY"}
+
 func checkErr(t *testing.T, call string, err error, want string) {
 	t.Helper()
 	switch {
@@ -84,7 +90,8 @@ func checkErr(t *testing.T, call string, err error, want string) {
 	}
 }
 
-// Config reads the files and names the flag of the one at fault.
+// Config reads the files and names the flag (or the name given) of the
+// one at fault.
 func TestConfigFileErrors(t *testing.T) {
 	t.Parallel()
 	p := tlstest.New(t)
@@ -123,6 +130,11 @@ func TestConfigFileErrors(t *testing.T) {
 		{"garbage ca", Client{CAFile: notPEM}, "--tls-ca (CAFile)"},
 		{"missing cert", Client{CertFile: missing, KeyFile: p.ClientKey}, "--tls-cert (CertFile)"},
 		{"mismatched pair", Client{CertFile: p.ClientCert, KeyFile: p.ServerKey}, "--tls-cert (CertFile), --tls-key (KeyFile)"},
+		{"missing ca, by name", Client{CAFile: missing, Names: envNames}, "tls config: XDS_CA: open " + missing},
+		{"garbage ca, by name", Client{CAFile: notPEM, Names: envNames}, "tls config: XDS_CA: " + notPEM + ": no PEM certificates"},
+		{"missing cert, by name", Client{CertFile: missing, KeyFile: p.ClientKey, Names: envNames}, "tls config: XDS_CERT: stat " + missing},
+		{"missing key, by name", Client{CertFile: p.ClientCert, KeyFile: missing, Names: envNames}, "tls config: XDS_KEY: stat " + missing},
+		{"mismatched pair, by name", Client{CertFile: p.ClientCert, KeyFile: p.ServerKey, Names: envNames}, "tls config: XDS_CERT, XDS_KEY: tls: private key does not match"},
 	}
 	for _, tt := range clients {
 		t.Run("client/"+tt.name, func(t *testing.T) {
