@@ -123,6 +123,15 @@ func runEnvoy(ctx context.Context, s *streams, env func(string) (string, bool), 
 	if check {
 		return envoyCheck(s, st, rt)
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var sub *envoyxds.Subscriber
+	if st.ConfigType == "GRPC_XDS_SOTW" {
+		// Before anything starts: bad TLS files stop the command here.
+		if sub, err = envoySubscriber(st, log, reg); err != nil {
+			return err
+		}
+	}
 	rc, err := envoyRedis(st)
 	if err != nil {
 		return err
@@ -132,8 +141,6 @@ func runEnvoy(ctx context.Context, s *streams, env func(string) (string, bool), 
 	if err != nil {
 		return err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	loadOK := prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_config_load_success", Help: "Configurations loaded and applied."})
 	loadErr := prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_config_load_error", Help: "Configurations rejected (the last good one stays)."})
 	reg.MustRegister(loadOK, loadErr)
@@ -240,13 +247,7 @@ func runEnvoy(ctx context.Context, s *streams, env func(string) (string, bool), 
 	// configuration source.
 	first := make(chan error, 1)
 	g.Go(func() error { return svc.Run(gctx) })
-	if st.ConfigType == "GRPC_XDS_SOTW" {
-		sub, err := envoySubscriber(st, log, reg)
-		if err != nil {
-			cancel()
-			_ = g.Wait()
-			return err
-		}
+	if sub != nil {
 		var once sync.Once
 		g.Go(func() error {
 			return sub.Run(gctx, func(c *envoyconf.Config) error {
@@ -338,14 +339,20 @@ func envoySubscriber(st envoycompat.Settings, log *slog.Logger, reg prometheus.R
 	c.BackoffRandomFactor, c.Jitter, c.MaxMsgSize, c.Merge = x.BackoffRandomFactor, x.BackoffJitter, x.MaxMsgSize, st.MergeDomainConfig
 	c.Logger, c.Registerer = log, reg
 	if x.UseTLS {
+		// As the original: the CA verifies the server (the system roots
+		// without one), the SAN replaces the host dialled as the name its
+		// certificate must carry, and the pair is shown to a server that
+		// asks for a client certificate.
 		tc := tlsconfig.DefaultClient("CONFIG_GRPC_XDS_TLS")
 		tc.Enable, tc.CAFile, tc.CertFile, tc.KeyFile, tc.ServerName = true, x.ServerCACert, x.ClientCert, x.ClientKey, x.ServerSAN
-		if err := tc.Validate(); err != nil {
-			return nil, usageError{err}
+		tc.Logger = log
+		tc.Names = map[string]string{
+			"CAFile": "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CertFile": "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+			"KeyFile": "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "ServerName": "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
 		}
 		creds, err := tc.TransportCredentials()
 		if err != nil {
-			return nil, fmt.Errorf("CONFIG_GRPC_XDS_CLIENT_TLS_CERT, _KEY, CONFIG_GRPC_XDS_SERVER_TLS_CACERT: %w", err)
+			return nil, usageError{err}
 		}
 		c.Creds = creds
 	}
@@ -359,6 +366,11 @@ func envoySubscriber(st envoycompat.Settings, log *slog.Logger, reg prometheus.R
 // envoyCheck loads the configuration once and prints what it holds.
 func envoyCheck(s *streams, st envoycompat.Settings, rt envoycompat.Runtime) error {
 	if st.ConfigType != "FILE" {
+		// The subscriber checks its settings and reads its TLS files; it
+		// connects only when run.
+		if _, err := envoySubscriber(st, slog.New(slog.DiscardHandler), nil); err != nil {
+			return err
+		}
 		fmt.Fprintf(s.out, "settings ok; the configuration comes from the xDS server %s (node %s)\n", st.XDS.ServerURL, st.XDS.NodeID)
 		return nil
 	}

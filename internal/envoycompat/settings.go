@@ -428,8 +428,10 @@ func (s Settings) Validate() error {
 		return bad("GRPC_SERVER_USE_TLS", "true", "needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY")
 	case (s.RedisTLSCert == "") != (s.RedisTLSKey == ""):
 		return bad("REDIS_TLS_CLIENT_CERT", s.RedisTLSCert, "set both REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY, or neither")
-	case s.XDS.UseTLS && (s.XDS.ClientCert == "") != (s.XDS.ClientKey == ""):
-		return bad("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", s.XDS.ClientCert, "set both CONFIG_GRPC_XDS_CLIENT_TLS_CERT and _KEY, or neither")
+	case s.XDS.UseTLS && s.XDS.ClientCert != "" && s.XDS.ClientKey == "":
+		return bad("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", s.XDS.ClientCert, "needs CONFIG_GRPC_XDS_CLIENT_TLS_KEY, its private key (set both, or neither)")
+	case s.XDS.UseTLS && s.XDS.ClientKey != "" && s.XDS.ClientCert == "":
+		return bad("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", s.XDS.ClientKey, "needs CONFIG_GRPC_XDS_CLIENT_TLS_CERT, the certificate of that key (set both, or neither)")
 	case s.StoreTimeout <= 0:
 		return bad("ALLOT_STORE_TIMEOUT", s.StoreTimeout.String(), "want a positive duration, e.g. 50ms")
 	case s.RuntimePoll <= 0:

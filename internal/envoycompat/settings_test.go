@@ -95,6 +95,8 @@ func TestSettingsErrors(t *testing.T) {
 		{map[string]string{"GRPC_SERVER_USE_TLS": "true"}, "GRPC_SERVER_USE_TLS"},
 		{map[string]string{"REDIS_TLS_CLIENT_CERT": "/c"}, "REDIS_TLS_CLIENT_CERT"},
 		{map[string]string{"CONFIG_GRPC_XDS_NODE_METADATA": "zone"}, "CONFIG_GRPC_XDS_NODE_METADATA"},
+		{map[string]string{"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/c"}, "CONFIG_GRPC_XDS_CLIENT_TLS_CERT"},
+		{map[string]string{"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "/k"}, "CONFIG_GRPC_XDS_CLIENT_TLS_KEY"},
 		{map[string]string{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "-1"}, "XDS_CLIENT_BACKOFF_RANDOM_FACTOR"},
 		{map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_RESET_HEADER": "X Reset"}, "LIMIT_RESET_HEADER"},
 		{map[string]string{"ALLOT_ON_FAILURE": "maybe"}, "ALLOT_ON_FAILURE"},

@@ -13,7 +13,9 @@
 //     InsecureSkipVerify is set, never implicitly, and never together with
 //     a CA file (which would mean the caller wanted verification).
 //   - Errors name the setting as a flag and as a field
-//     ("--redis-tls-cert (CertFile): ..."), using FlagPrefix.
+//     ("--redis-tls-cert (CertFile): ..."), using FlagPrefix, or, for a
+//     Client given Names, by the name given for the field (an
+//     environment variable, say).
 //   - Certificates and keys are re-read when their files change: the
 //     files' modification time and size are checked at most once per
 //     ReloadInterval, during a handshake. A pair that fails to load (a

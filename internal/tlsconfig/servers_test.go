@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/tlstest"
 )
 
 // clientCase is one client configuration and whether an mTLS server that
@@ -36,7 +37,7 @@ type clientCase struct {
 	accept bool
 }
 
-func clientCases(p *pki) []clientCase {
+func clientCases(p *tlstest.PKI) []clientCase {
 	return []clientCase{
 		{"ca and client cert", Client{CAFile: p.CA, CertFile: p.ClientCert, KeyFile: p.ClientKey}, true},
 		{"no client cert", Client{CAFile: p.CA}, false},
@@ -51,7 +52,7 @@ func clientCases(p *pki) []clientCase {
 
 func TestHTTPSMutualTLS(t *testing.T) {
 	t.Parallel()
-	p := newPKI(t)
+	p := tlstest.New(t)
 	addr := serveHTTPS(t, Server{CertFile: p.ServerCert, KeyFile: p.ServerKey, ClientCAFile: p.CA})
 	for _, tt := range clientCases(p) {
 		t.Run(tt.name, func(t *testing.T) {
@@ -70,7 +71,7 @@ func TestHTTPSMutualTLS(t *testing.T) {
 
 func TestHTTPSWithoutClientAuth(t *testing.T) {
 	t.Parallel()
-	p := newPKI(t)
+	p := tlstest.New(t)
 	addr := serveHTTPS(t, Server{CertFile: p.ServerCert, KeyFile: p.ServerKey})
 	if cn, err := getHTTPS(t, Client{CAFile: p.CA}, addr); err != nil || cn != "" {
 		t.Errorf("GET without a client cert = %q, %v; want 200 and no client", cn, err)
@@ -83,7 +84,7 @@ func TestHTTPSWithoutClientAuth(t *testing.T) {
 // A rotated server certificate is served to the next connection.
 func TestHTTPSServesRotatedCertificate(t *testing.T) {
 	t.Parallel()
-	p := newPKI(t)
+	p := tlstest.New(t)
 	addr := serveHTTPS(t, Server{CertFile: p.ServerCert, KeyFile: p.ServerKey, ReloadInterval: time.Nanosecond})
 	first := serialFromFile(t, p.ServerCert)
 	cfg, err := Client{CAFile: p.CA}.Config()
@@ -101,7 +102,7 @@ func TestHTTPSServesRotatedCertificate(t *testing.T) {
 	if got := serial(); got != first {
 		t.Fatalf("served serial = %d, want %d", got, first)
 	}
-	second := p.reissueServer(t, time.Now().Add(time.Hour))
+	second := p.ReissueServer(t, time.Now().Add(time.Hour))
 	if got := serial(); got != second {
 		t.Fatalf("after rotation: served serial = %d, want %d", got, second)
 	}
@@ -163,7 +164,7 @@ func getHTTPS(t *testing.T, c Client, addr string) (string, error) {
 
 func TestGRPCMutualTLS(t *testing.T) {
 	t.Parallel()
-	p := newPKI(t)
+	p := tlstest.New(t)
 	creds, err := Server{CertFile: p.ServerCert, KeyFile: p.ServerKey, ClientCAFile: p.CA}.TransportCredentials()
 	if err != nil {
 		t.Fatal(err)
@@ -218,7 +219,7 @@ func TestGRPCMutualTLS(t *testing.T) {
 // redis-server 7.0 from Debian is built with TLS (--tls-port).
 func TestRedisMutualTLS(t *testing.T) {
 	t.Parallel()
-	p := newPKI(t)
+	p := tlstest.New(t)
 	port := freePort(t)
 	redistest.Start(t,
 		"--tls-port", strconv.Itoa(port),
@@ -261,7 +262,7 @@ func TestRedisMutualTLS(t *testing.T) {
 
 func TestEtcdClientTLS(t *testing.T) {
 	t.Parallel()
-	p := newPKI(t)
+	p := tlstest.New(t)
 	endpoint := startEtcdTLS(t, p)
 	tests := []clientCase{
 		{"ca and client cert", Client{CAFile: p.CA, CertFile: p.ClientCert, KeyFile: p.ClientKey}, true},
@@ -341,7 +342,7 @@ func handshake(endpoint string, cfg *tls.Config) error {
 
 // startEtcdTLS starts an embedded etcd whose client port requires TLS with
 // client certificates from p.CA, and returns its https endpoint.
-func startEtcdTLS(t *testing.T, p *pki) string {
+func startEtcdTLS(t *testing.T, p *tlstest.PKI) string {
 	t.Helper()
 	cfg := embed.NewConfig()
 	cfg.Name = "tls"

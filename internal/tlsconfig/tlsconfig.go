@@ -55,16 +55,20 @@ func (s Server) MutualTLS() bool { return s.ClientCAFile != "" }
 // Validate reports the first inconsistent setting. It reads no files; Config
 // does, and names the file that fails.
 func (s Server) Validate() error {
-	n := namer(s.FlagPrefix)
+	n := namer{prefix: s.FlagPrefix}
 	switch {
 	case s.ReloadInterval < 0:
 		return fmt.Errorf("tls config: ReloadInterval: %v: must not be negative", s.ReloadInterval)
 	case !s.Enabled():
 		return nil
 	case s.CertFile == "":
-		return fmt.Errorf("tls config: %s: required when %s is set", n.field("cert", "CertFile"), n.flag(s.KeyFile != "", "key", "client-ca"))
+		set := n.flag("client-ca", "ClientCAFile")
+		if s.KeyFile != "" {
+			set = n.flag("key", "KeyFile")
+		}
+		return fmt.Errorf("tls config: %s: required when %s is set", n.field("cert", "CertFile"), set)
 	case s.KeyFile == "":
-		return fmt.Errorf("tls config: %s: required with %s", n.field("key", "KeyFile"), n.flag(true, "cert", ""))
+		return fmt.Errorf("tls config: %s: required with %s", n.field("key", "KeyFile"), n.flag("cert", "CertFile"))
 	}
 	return nil
 }
@@ -80,7 +84,7 @@ func (s Server) Config() (*tls.Config, error) {
 	if !s.Enabled() {
 		return nil, nil
 	}
-	n := namer(s.FlagPrefix)
+	n := namer{prefix: s.FlagPrefix}
 	kp, err := loadKeyPair(n, s.CertFile, s.KeyFile, s.ReloadInterval, s.Logger)
 	if err != nil {
 		return nil, err
@@ -140,6 +144,11 @@ type Client struct {
 	// ReloadInterval: CertFile and KeyFile are checked for changes at most
 	// this often. 0 never reloads. Default DefaultReloadInterval.
 	ReloadInterval time.Duration
+	// Names, when set, names settings in errors by their field's name
+	// ("CAFile", "CertFile", "KeyFile", "ServerName", ...) instead of as
+	// flags: environment variables, say, for settings read from the
+	// environment. A field it lacks is named as a flag.
+	Names map[string]string
 	// Logger receives reloads, failed reloads and the InsecureSkipVerify
 	// warning (default: discard).
 	Logger *slog.Logger
@@ -158,17 +167,17 @@ func (c Client) Enabled() bool {
 
 // Validate reports the first inconsistent setting. It reads no files.
 func (c Client) Validate() error {
-	n := namer(c.FlagPrefix)
+	n := namer{c.FlagPrefix, c.Names}
 	switch {
 	case c.ReloadInterval < 0:
 		return fmt.Errorf("tls config: ReloadInterval: %v: must not be negative", c.ReloadInterval)
 	case c.CertFile != "" && c.KeyFile == "":
-		return fmt.Errorf("tls config: %s: required with %s", n.field("key", "KeyFile"), n.flag(true, "cert", ""))
+		return fmt.Errorf("tls config: %s: required with %s", n.field("key", "KeyFile"), n.flag("cert", "CertFile"))
 	case c.KeyFile != "" && c.CertFile == "":
-		return fmt.Errorf("tls config: %s: required with %s", n.field("cert", "CertFile"), n.flag(true, "key", ""))
+		return fmt.Errorf("tls config: %s: required with %s", n.field("cert", "CertFile"), n.flag("key", "KeyFile"))
 	case c.InsecureSkipVerify && c.CAFile != "":
 		return fmt.Errorf("tls config: %s: contradicts %s (a CA to verify against, and no verification)",
-			n.field("insecure-skip-verify", "InsecureSkipVerify"), n.flag(true, "ca", ""))
+			n.field("insecure-skip-verify", "InsecureSkipVerify"), n.flag("ca", "CAFile"))
 	}
 	return nil
 }
@@ -182,13 +191,13 @@ func (c Client) Config() (*tls.Config, error) {
 	if !c.Enabled() {
 		return nil, nil
 	}
-	n := namer(c.FlagPrefix)
+	n := namer{c.FlagPrefix, c.Names}
 	cfg := &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		ServerName: c.ServerName,
 	}
 	if c.InsecureSkipVerify {
-		logger(c.Logger).Warn("TLS server certificates are NOT verified", "flag", n.flag(true, "insecure-skip-verify", ""))
+		logger(c.Logger).Warn("TLS server certificates are NOT verified", "flag", n.flag("insecure-skip-verify", "InsecureSkipVerify"))
 		cfg.InsecureSkipVerify = true
 	}
 	if c.CAFile != "" {
@@ -237,27 +246,34 @@ func loadPool(name, file string) (*x509.CertPool, error) {
 // ErrNoCertificates: a CA file holds no PEM certificate.
 var ErrNoCertificates = errors.New("no PEM certificates")
 
-// namer spells settings as flags with a prefix.
-type namer string
+// namer spells settings as flags with a prefix, or by the names given
+// for their fields.
+type namer struct {
+	prefix string
+	names  map[string]string // by field
+}
 
-func (n namer) prefix() string {
-	if n == "" {
+func (n namer) flagPrefix() string {
+	if n.prefix == "" {
 		return "tls"
 	}
-	return string(n)
+	return n.prefix
 }
 
-// field names a setting as "--prefix-suffix (Field)".
+// field names a setting as "--prefix-suffix (Field)", or by its name.
 func (n namer) field(suffix, field string) string {
-	return fmt.Sprintf("--%s-%s (%s)", n.prefix(), suffix, field)
+	if s := n.names[field]; s != "" {
+		return s
+	}
+	return fmt.Sprintf("--%s-%s (%s)", n.flagPrefix(), suffix, field)
 }
 
-// flag names --prefix-a when first, else --prefix-b.
-func (n namer) flag(first bool, a, b string) string {
-	if first {
-		return "--" + n.prefix() + "-" + a
+// flag names a setting as --prefix-suffix, or by its name.
+func (n namer) flag(suffix, field string) string {
+	if s := n.names[field]; s != "" {
+		return s
 	}
-	return "--" + n.prefix() + "-" + b
+	return "--" + n.flagPrefix() + "-" + suffix
 }
 
 func logger(l *slog.Logger) *slog.Logger {

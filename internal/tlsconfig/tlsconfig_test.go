@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/allot-dev/allot/internal/tlstest"
 )
 
 func TestMain(m *testing.M) {
@@ -60,6 +62,9 @@ func TestClientValidate(t *testing.T) {
 		{"cert without key", Client{FlagPrefix: "redis-tls", CertFile: "c"}, "--redis-tls-key (KeyFile): required with --redis-tls-cert", true},
 		{"key without cert", Client{FlagPrefix: "etcd-tls", KeyFile: "k"}, "--etcd-tls-cert (CertFile): required with --etcd-tls-key", true},
 		{"skip verify with ca", Client{CAFile: "ca", InsecureSkipVerify: true}, "--tls-insecure-skip-verify (InsecureSkipVerify): contradicts --tls-ca", true},
+		{"cert without key, by name", Client{CertFile: "c", Names: envNames}, "tls config: XDS_KEY: required with XDS_CERT", true},
+		{"key without cert, by name", Client{KeyFile: "k", Names: envNames}, "tls config: XDS_CERT: required with XDS_KEY", true},
+		{"skip verify with ca, by name", Client{CAFile: "ca", InsecureSkipVerify: true, Names: envNames}, "--tls-insecure-skip-verify (InsecureSkipVerify): contradicts XDS_CA", true},
 		{"negative reload", Client{ReloadInterval: -time.Second}, "ReloadInterval", false},
 	}
 	for _, tt := range tests {
@@ -72,6 +77,9 @@ func TestClientValidate(t *testing.T) {
 	}
 }
 
+// envNames names a Client's settings as environment variables.
+var envNames = map[string]string{"CAFile": "XDS_CA", "CertFile": "XDS_CERT", "KeyFile": "XDS_KEY"}
+
 func checkErr(t *testing.T, call string, err error, want string) {
 	t.Helper()
 	switch {
@@ -82,10 +90,11 @@ func checkErr(t *testing.T, call string, err error, want string) {
 	}
 }
 
-// Config reads the files and names the flag of the one at fault.
+// Config reads the files and names the flag (or the name given) of the
+// one at fault.
 func TestConfigFileErrors(t *testing.T) {
 	t.Parallel()
-	p := newPKI(t)
+	p := tlstest.New(t)
 	missing := filepath.Join(t.TempDir(), "missing.pem")
 	notPEM := filepath.Join(t.TempDir(), "garbage.pem")
 	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
@@ -121,6 +130,11 @@ func TestConfigFileErrors(t *testing.T) {
 		{"garbage ca", Client{CAFile: notPEM}, "--tls-ca (CAFile)"},
 		{"missing cert", Client{CertFile: missing, KeyFile: p.ClientKey}, "--tls-cert (CertFile)"},
 		{"mismatched pair", Client{CertFile: p.ClientCert, KeyFile: p.ServerKey}, "--tls-cert (CertFile), --tls-key (KeyFile)"},
+		{"missing ca, by name", Client{CAFile: missing, Names: envNames}, "tls config: XDS_CA: open " + missing},
+		{"garbage ca, by name", Client{CAFile: notPEM, Names: envNames}, "tls config: XDS_CA: " + notPEM + ": no PEM certificates"},
+		{"missing cert, by name", Client{CertFile: missing, KeyFile: p.ClientKey, Names: envNames}, "tls config: XDS_CERT: stat " + missing},
+		{"missing key, by name", Client{CertFile: p.ClientCert, KeyFile: missing, Names: envNames}, "tls config: XDS_KEY: stat " + missing},
+		{"mismatched pair, by name", Client{CertFile: p.ClientCert, KeyFile: p.ServerKey, Names: envNames}, "tls config: XDS_CERT, XDS_KEY: tls: private key does not match"},
 	}
 	for _, tt := range clients {
 		t.Run("client/"+tt.name, func(t *testing.T) {
@@ -135,7 +149,7 @@ func TestConfigFileErrors(t *testing.T) {
 
 func TestConfigShape(t *testing.T) {
 	t.Parallel()
-	p := newPKI(t)
+	p := tlstest.New(t)
 	if cfg, err := (Server{}).Config(); cfg != nil || err != nil {
 		t.Errorf("Server{}.Config() = %v, %v; want nil, nil", cfg, err)
 	}
@@ -178,7 +192,7 @@ func serialOf(t *testing.T, c *tls.Certificate) int64 {
 
 func TestServerReload(t *testing.T) {
 	t.Parallel()
-	p := newPKI(t)
+	p := tlstest.New(t)
 	first := serialFromFile(t, p.ServerCert)
 	cfg, err := Server{CertFile: p.ServerCert, KeyFile: p.ServerKey, ReloadInterval: time.Nanosecond}.Config()
 	if err != nil {
@@ -194,7 +208,7 @@ func TestServerReload(t *testing.T) {
 	if got := get(); got != first {
 		t.Fatalf("serial = %d, want %d", got, first)
 	}
-	second := p.reissueServer(t, time.Now().Add(time.Hour))
+	second := p.ReissueServer(t, time.Now().Add(time.Hour))
 	if got := get(); got != second {
 		t.Fatalf("after rotation: serial = %d, want %d", got, second)
 	}
@@ -211,7 +225,7 @@ func TestServerReload(t *testing.T) {
 	if got := get(); got != second {
 		t.Fatalf("with the cert file gone: serial = %d, want %d (kept)", got, second)
 	}
-	third := p.reissueServer(t, time.Now().Add(2*time.Hour))
+	third := p.ReissueServer(t, time.Now().Add(2*time.Hour))
 	if got := get(); got != third {
 		t.Fatalf("after the rotation completes: serial = %d, want %d", got, third)
 	}
@@ -219,14 +233,14 @@ func TestServerReload(t *testing.T) {
 
 func TestReloadAtMostEveryInterval(t *testing.T) {
 	t.Parallel()
-	p := newPKI(t)
+	p := tlstest.New(t)
 	first := serialFromFile(t, p.ServerCert)
 	for _, interval := range []time.Duration{0, time.Hour} {
 		cfg, err := Server{CertFile: p.ServerCert, KeyFile: p.ServerKey, ReloadInterval: interval}.Config()
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.reissueServer(t, time.Now().Add(time.Hour))
+		p.ReissueServer(t, time.Now().Add(time.Hour))
 		c, _ := cfg.GetCertificate(&tls.ClientHelloInfo{})
 		if got := serialOf(t, c); got != first {
 			t.Errorf("ReloadInterval %v: serial right after rotation = %d, want %d (not checked yet)", interval, got, first)
@@ -237,12 +251,12 @@ func TestReloadAtMostEveryInterval(t *testing.T) {
 
 func TestClientReload(t *testing.T) {
 	t.Parallel()
-	p := newPKI(t)
+	p := tlstest.New(t)
 	cfg, err := Client{CAFile: p.CA, CertFile: p.ServerCert, KeyFile: p.ServerKey, ReloadInterval: time.Nanosecond}.Config()
 	if err != nil {
 		t.Fatal(err)
 	}
-	second := p.reissueServer(t, time.Now().Add(time.Hour))
+	second := p.ReissueServer(t, time.Now().Add(time.Hour))
 	c, err := cfg.GetClientCertificate(&tls.CertificateRequestInfo{})
 	if err != nil {
 		t.Fatal(err)
