@@ -204,6 +204,11 @@ func runEnvoy(ctx context.Context, s *streams, env func(string) (string, bool), 
 		}
 	}
 
+	// Before any listener opens: bad TLS files stop the command here.
+	gopts, err := envoyGRPCOptions(st)
+	if err != nil {
+		return err
+	}
 	ls, err := envoyListen(st)
 	if err != nil {
 		return err
@@ -211,11 +216,6 @@ func runEnvoy(ctx context.Context, s *streams, env func(string) (string, bool), 
 	defer ls.close()
 	if listening != nil {
 		listening(ls)
-	}
-	gopts, err := envoyGRPCOptions(st)
-	if err != nil {
-		ls.close()
-		return err
 	}
 	gopts = append(gopts, grpc.ChainUnaryInterceptor(recoverUnary(log)))
 	gs := grpc.NewServer(gopts...)
@@ -365,6 +365,10 @@ func envoySubscriber(st envoycompat.Settings, log *slog.Logger, reg prometheus.R
 
 // envoyCheck loads the configuration once and prints what it holds.
 func envoyCheck(s *streams, st envoycompat.Settings, rt envoycompat.Runtime) error {
+	// The gRPC server's TLS files are read as a run would read them.
+	if _, err := envoyGRPCOptions(st); err != nil {
+		return err
+	}
 	if st.ConfigType != "FILE" {
 		// The subscriber checks its settings and reads its TLS files; it
 		// connects only when run.
@@ -525,14 +529,14 @@ func envoyGRPCOptions(st envoycompat.Settings) ([]grpc.ServerOption, error) {
 		return opts, nil
 	}
 	ts := tlsconfig.DefaultServer()
-	ts.FlagPrefix = "GRPC_SERVER_TLS"
+	ts.Names = map[string]string{"CertFile": "GRPC_SERVER_TLS_CERT", "KeyFile": "GRPC_SERVER_TLS_KEY", "ClientCAFile": "GRPC_CLIENT_TLS_CACERT"}
 	ts.CertFile, ts.KeyFile, ts.ClientCAFile = st.GRPCServerTLSCert, st.GRPCServerTLSKey, st.GRPCClientTLSCACert
 	if err := ts.Validate(); err != nil {
 		return nil, usageError{err}
 	}
 	tc, err := ts.Config()
 	if err != nil {
-		return nil, fmt.Errorf("GRPC_SERVER_TLS_CERT, GRPC_SERVER_TLS_KEY, GRPC_CLIENT_TLS_CACERT: %w", err)
+		return nil, usageError{fmt.Errorf("gRPC server TLS: %w", err)}
 	}
 	if san := st.GRPCClientTLSSAN; san != "" && ts.MutualTLS() {
 		tc.VerifyConnection = func(cs tls.ConnectionState) error {

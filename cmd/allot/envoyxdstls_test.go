@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -378,6 +379,51 @@ func TestEnvoyXDSTLSSettings(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			env := xdsEnv("127.0.0.1:1", c.env)
 			env["RUNTIME_ROOT"] = t.TempDir()
+			for _, check := range []bool{false, true} {
+				err := runEnvoy(context.Background(), &streams{out: io.Discard, err: io.Discard}, lookup(env), check, func(*envoyListeners) {
+					t.Errorf("check=%v: envoy-ratelimit listened despite bad TLS settings", check)
+				})
+				if err == nil {
+					t.Fatalf("check=%v: runEnvoy = nil, want an error", check)
+				}
+				for _, w := range c.want {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("check=%v: runEnvoy = %v, want it to hold %q", check, err, w)
+					}
+				}
+				for _, n := range c.not {
+					if strings.Contains(err.Error(), n) {
+						t.Errorf("check=%v: runEnvoy = %v, naming %s, which is not at fault", check, err, n)
+					}
+				}
+			}
+		})
+	}
+}
+
+// GRPC_SERVER_TLS_* files that cannot be read stop envoy-ratelimit before
+// it listens, and fail --check, with an error naming the variable at fault.
+func TestEnvoyGRPCServerTLSSettings(t *testing.T) {
+	p := tlstest.New(t)
+	missing := filepath.Join(t.TempDir(), "missing.pem")
+	const (
+		cert = "GRPC_SERVER_TLS_CERT"
+		key  = "GRPC_SERVER_TLS_KEY"
+		ca   = "GRPC_CLIENT_TLS_CACERT"
+	)
+	for _, c := range []struct {
+		name string
+		env  map[string]string
+		want []string
+		not  []string
+	}{
+		{"missing cert", map[string]string{cert: missing, key: p.ServerKey}, []string{cert, missing}, []string{ca, "--"}},
+		{"missing key", map[string]string{cert: p.ServerCert, key: missing}, []string{key, missing}, []string{ca, "--"}},
+		{"missing client CA", map[string]string{cert: p.ServerCert, key: p.ServerKey, ca: missing}, []string{ca, missing}, []string{cert, "--"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			env := map[string]string{"GRPC_SERVER_USE_TLS": "true", "RUNTIME_ROOT": t.TempDir(), "REDIS_URL": "127.0.0.1:1"}
+			maps.Copy(env, c.env)
 			for _, check := range []bool{false, true} {
 				err := runEnvoy(context.Background(), &streams{out: io.Discard, err: io.Discard}, lookup(env), check, func(*envoyListeners) {
 					t.Errorf("check=%v: envoy-ratelimit listened despite bad TLS settings", check)

@@ -37,6 +37,10 @@ type Server struct {
 	ReloadInterval time.Duration
 	// Logger receives reloads and failed reloads (default: discard).
 	Logger *slog.Logger
+	// Names, when set, names settings in errors by their field's name
+	// here (CertFile, KeyFile, ClientCAFile) instead of as flags: for
+	// settings that come from environment variables.
+	Names map[string]string
 }
 
 // DefaultServer returns a Server with the defaults and no files: TLS off.
@@ -55,7 +59,7 @@ func (s Server) MutualTLS() bool { return s.ClientCAFile != "" }
 // Validate reports the first inconsistent setting. It reads no files; Config
 // does, and names the file that fails.
 func (s Server) Validate() error {
-	n := namer{prefix: s.FlagPrefix}
+	n := namer{s.FlagPrefix, s.Names}
 	switch {
 	case s.ReloadInterval < 0:
 		return fmt.Errorf("tls config: ReloadInterval: %v: must not be negative", s.ReloadInterval)
@@ -84,7 +88,7 @@ func (s Server) Config() (*tls.Config, error) {
 	if !s.Enabled() {
 		return nil, nil
 	}
-	n := namer{prefix: s.FlagPrefix}
+	n := namer{s.FlagPrefix, s.Names}
 	kp, err := loadKeyPair(n, s.CertFile, s.KeyFile, s.ReloadInterval, s.Logger)
 	if err != nil {
 		return nil, err

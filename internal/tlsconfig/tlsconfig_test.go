@@ -37,6 +37,8 @@ func TestServerValidate(t *testing.T) {
 		{"cert without key", Server{CertFile: "c"}, "--tls-key (KeyFile): required with --tls-cert"},
 		{"prefix", Server{FlagPrefix: "grpc-tls", CertFile: "c"}, "--grpc-tls-key (KeyFile)"},
 		{"negative reload", Server{ReloadInterval: -1}, "ReloadInterval"},
+		{"cert without key, by name", Server{CertFile: "c", Names: serverNames}, "tls config: GRPC_KEY: required with GRPC_CERT"},
+		{"ca without cert, by name", Server{ClientCAFile: "ca", Names: serverNames}, "tls config: GRPC_CERT: required when GRPC_CA is set"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -77,6 +79,9 @@ func TestClientValidate(t *testing.T) {
 	}
 }
 
+// serverNames names a Server's settings as environment variables.
+var serverNames = map[string]string{"CertFile": "GRPC_CERT", "KeyFile": "GRPC_KEY", "ClientCAFile": "GRPC_CA"}
+
 // envNames names a Client's settings as environment variables.
 var envNames = map[string]string{"CAFile": "XDS_CA", "CertFile": "XDS_CERT", "KeyFile": "XDS_KEY"}
 
@@ -110,6 +115,8 @@ func TestConfigFileErrors(t *testing.T) {
 		{"mismatched pair", Server{CertFile: p.ServerCert, KeyFile: p.ClientKey}, "--tls-cert (CertFile), --tls-key (KeyFile)"},
 		{"garbage cert", Server{CertFile: notPEM, KeyFile: p.ServerKey}, "--tls-cert (CertFile), --tls-key (KeyFile)"},
 		{"missing client ca", Server{CertFile: p.ServerCert, KeyFile: p.ServerKey, ClientCAFile: missing}, "--tls-client-ca (ClientCAFile)"},
+		{"missing cert, by name", Server{CertFile: missing, KeyFile: p.ServerKey, Names: serverNames}, "GRPC_CERT"},
+		{"missing client ca, by name", Server{CertFile: p.ServerCert, KeyFile: p.ServerKey, ClientCAFile: missing, Names: serverNames}, "GRPC_CA"},
 		{"garbage client ca", Server{CertFile: p.ServerCert, KeyFile: p.ServerKey, ClientCAFile: notPEM}, "--tls-client-ca (ClientCAFile)"},
 	}
 	for _, tt := range servers {
