@@ -209,6 +209,9 @@ func (c *xdsClient) waitRefused(t *testing.T, tries int, causes []string, versio
 	if got := gatherValue(t, c.reg, "allot_envoy_xds_connected", ""); got != 0 {
 		t.Errorf("allot_envoy_xds_connected = %v while refused, want 0", got)
 	}
+	if got := gatherValue(t, c.reg, "allot_envoy_xds_retries_total", ""); got < 1 {
+		t.Errorf("allot_envoy_xds_retries_total = %v after refused connections, want ≥ 1", got)
+	}
 	if got := gatherValue(t, c.reg, "allot_envoy_xds_updates_total", "applied"); got != float64(applied) {
 		t.Errorf(`allot_envoy_xds_updates_total{result="applied"} = %v, want %d`, got, applied)
 	}

@@ -62,5 +62,6 @@
 // none of them.
 //
 // Metrics: allot_envoy_xds_updates_total{result="applied"|"rejected"} and
-// allot_envoy_xds_connected (1 while a stream is open).
+// allot_envoy_xds_connected (1 while a stream is open), and
+// allot_envoy_xds_retries_total (streams that failed or ended, each retried).
 package envoyxds

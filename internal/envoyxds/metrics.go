@@ -13,6 +13,7 @@ import (
 type metrics struct {
 	applied, rejected prometheus.Counter
 	connected         prometheus.Gauge
+	retries           prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -33,11 +34,25 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	retries, err := register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "allot_envoy_xds_retries_total",
+		Help: "Streams to the xDS management server that could not be opened or ended (refused, TLS failures, the server gone); each is retried after a backoff, and the last applied configuration stays in force meanwhile.",
+	}))
+	if err != nil {
+		return nil, err
+	}
 	return &metrics{
 		applied:   updates.WithLabelValues("applied"),
 		rejected:  updates.WithLabelValues("rejected"),
 		connected: connected,
+		retries:   retries,
 	}, nil
+}
+
+func (m *metrics) retry() {
+	if m != nil {
+		m.retries.Inc()
+	}
 }
 
 func (m *metrics) update(applied bool) {

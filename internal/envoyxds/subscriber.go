@@ -141,6 +141,7 @@ func (s *Subscriber) Run(ctx context.Context, apply func(*envoyconf.Config) erro
 		if received {
 			b.reset()
 		}
+		s.m.retry()
 		d := b.wait()
 		level := slog.LevelDebug
 		ok, held := down.allow(time.Now())

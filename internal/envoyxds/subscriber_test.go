@@ -407,6 +407,9 @@ func TestSubscriberLifecycle(t *testing.T) {
 	if got := metric(t, reg, "allot_envoy_xds_connected", ""); got != 0 {
 		t.Errorf("connected %v while the server is away, want 0", got)
 	}
+	if got := metric(t, reg, "allot_envoy_xds_retries_total", ""); got < 4 {
+		t.Errorf("allot_envoy_xds_retries_total %v after four failed tries, want ≥ 4", got)
+	}
 	if v := s.Version(); v != "2" || a.count() != 2 {
 		t.Fatalf("server away: version %q, %d applied; want 2 and 2", v, a.count())
 	}
