@@ -61,7 +61,7 @@
 // share_threshold or value_to_metric, so a configuration from xDS has
 // none of them.
 //
-// Metrics: allot_envoy_xds_updates_total{result="applied"|"rejected"} and
-// allot_envoy_xds_connected (1 while a stream is open), and
+// Metrics: allot_envoy_xds_updates_total{result="applied"|"rejected"},
+// allot_envoy_xds_connected (1 while a stream is open) and
 // allot_envoy_xds_retries_total (streams that failed or ended, each retried).
 package envoyxds
