@@ -79,7 +79,7 @@ e2e: images ## run the full e2e suite on real containers (Docker; every scenario
 	cd e2e && $(GO) test -p 1 -count=1 -tags e2e -timeout 40m -v ./...
 
 .PHONY: lint
-lint: ## golangci-lint with .golangci.yml over every module in MODULES (installs the pinned version if missing)
+lint: ## golangci-lint with .golangci.yml over every module in MODULES, bench/peers and deploy/deploycheck (installs the pinned version if missing)
 	@test -x $(GOBIN)/golangci-lint || $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	$(GOBIN)/golangci-lint run $(PKGS)
 	@# The nested modules: each is linted from its own directory (golangci-lint
@@ -87,6 +87,10 @@ lint: ## golangci-lint with .golangci.yml over every module in MODULES (installs
 	cd e2e && $(GOBIN)/golangci-lint run --build-tags e2e ./...
 	cd deploy/images && $(GOBIN)/golangci-lint run ./...
 	cd internal/clientonly && $(GOBIN)/golangci-lint run ./...
+	@# The tools' modules (not in MODULES: they are tidied by their own
+	@# targets); bench/peers resolves its peers as make bench-peers does.
+	cd bench/peers && GOFLAGS=-mod=mod $(GOBIN)/golangci-lint run ./...
+	cd deploy/deploycheck && $(GOBIN)/golangci-lint run ./...
 
 .PHONY: verify
 verify: ## go mod tidy (every module in MODULES), gofmt and make proto leave no diff; a client-only module pulls no Docker
