@@ -382,24 +382,7 @@ func TestEnvoyXDSTLSSettings(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			env := xdsEnv("127.0.0.1:1", c.env)
 			env["RUNTIME_ROOT"] = t.TempDir()
-			for _, check := range []bool{false, true} {
-				err := runEnvoy(context.Background(), &streams{out: io.Discard, err: io.Discard}, lookup(env), check, func(*envoyListeners) {
-					t.Errorf("check=%v: envoy-ratelimit listened despite bad TLS settings", check)
-				})
-				if err == nil {
-					t.Fatalf("check=%v: runEnvoy = nil, want an error", check)
-				}
-				for _, w := range c.want {
-					if !strings.Contains(err.Error(), w) {
-						t.Errorf("check=%v: runEnvoy = %v, want it to hold %q", check, err, w)
-					}
-				}
-				for _, n := range c.not {
-					if strings.Contains(err.Error(), n) {
-						t.Errorf("check=%v: runEnvoy = %v, naming %s, which is not at fault", check, err, n)
-					}
-				}
-			}
+			refusesTLS(t, env, c.want, c.not)
 		})
 	}
 }
@@ -427,24 +410,32 @@ func TestEnvoyGRPCServerTLSSettings(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			env := map[string]string{"GRPC_SERVER_USE_TLS": "true", "RUNTIME_ROOT": t.TempDir(), "REDIS_URL": "127.0.0.1:1"}
 			maps.Copy(env, c.env)
-			for _, check := range []bool{false, true} {
-				err := runEnvoy(context.Background(), &streams{out: io.Discard, err: io.Discard}, lookup(env), check, func(*envoyListeners) {
-					t.Errorf("check=%v: envoy-ratelimit listened despite bad TLS settings", check)
-				})
-				if err == nil {
-					t.Fatalf("check=%v: runEnvoy = nil, want an error", check)
-				}
-				for _, w := range c.want {
-					if !strings.Contains(err.Error(), w) {
-						t.Errorf("check=%v: runEnvoy = %v, want it to hold %q", check, err, w)
-					}
-				}
-				for _, n := range c.not {
-					if strings.Contains(err.Error(), n) {
-						t.Errorf("check=%v: runEnvoy = %v, naming %s, which is not at fault", check, err, n)
-					}
-				}
-			}
+			refusesTLS(t, env, c.want, c.not)
 		})
+	}
+}
+
+// refusesTLS runs envoy-ratelimit with env, and again with --check: each
+// must fail before any listener opens, with an error holding every one of
+// want and none of not.
+func refusesTLS(t *testing.T, env map[string]string, want, not []string) {
+	t.Helper()
+	for _, check := range []bool{false, true} {
+		err := runEnvoy(context.Background(), &streams{out: io.Discard, err: io.Discard}, lookup(env), check, func(*envoyListeners) {
+			t.Errorf("check=%v: envoy-ratelimit listened despite bad TLS settings", check)
+		})
+		if err == nil {
+			t.Fatalf("check=%v: runEnvoy = nil, want an error", check)
+		}
+		for _, w := range want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("check=%v: runEnvoy = %v, want it to hold %q", check, err, w)
+			}
+		}
+		for _, n := range not {
+			if strings.Contains(err.Error(), n) {
+				t.Errorf("check=%v: runEnvoy = %v, naming %s, which is not at fault", check, err, n)
+			}
+		}
 	}
 }
