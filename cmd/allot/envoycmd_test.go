@@ -142,7 +142,23 @@ func writeFile(t *testing.T, path, data string) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+	// Written beside the directory, then renamed into it: the runtime
+	// watcher never reads half a file (as a ConfigMap update, or an
+	// operator's mv, lands).
+	tmp, err := os.CreateTemp(filepath.Dir(filepath.Dir(path)), ".write-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tmp.WriteString(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := tmp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
 		t.Fatal(err)
 	}
 }
