@@ -10,14 +10,9 @@ if n < 1 or #ARGV ~= 3 * n then
 end
 local lims = {}
 for i = 1, n do
-  local T, B, cost, err
-  T, err = whole(3 * i - 2, 'T', 1, MAX_WINDOW)
+  local T, B, err = pair(3 * i - 2)
   if not T then return err end
-  B, err = whole(3 * i - 1, 'B', 1, MAX_WINDOW)
-  if not B then return err end
-  if T * B > MAX_WINDOW then
-    return redis.error_reply(string.format('ERR allot: ARGV[%d]*ARGV[%d] (T*B) must be at most %d', 3 * i - 2, 3 * i - 1, MAX_WINDOW))
-  end
+  local cost
   cost, err = whole(3 * i, 'cost', 1, MAX_WINDOW)
   if not cost then return err end
   if cost * T > MAX_WINDOW then

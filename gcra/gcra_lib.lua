@@ -23,18 +23,27 @@ local function whole(i, name, lo, hi)
   return v
 end
 
+-- pair reads the pair (T, B) at ARGV[i] and ARGV[i+1], validated as
+-- gcra.Limit.Validate does: T, B, or nil, nil and an error reply.
+local function pair(i)
+  local T, B, err
+  T, err = whole(i, 'T', 1, MAX_WINDOW)
+  if not T then return nil, nil, err end
+  B, err = whole(i + 1, 'B', 1, MAX_WINDOW)
+  if not B then return nil, nil, err end
+  if T * B > MAX_WINDOW then
+    return nil, nil, redis.error_reply(string.format(
+      'ERR allot: ARGV[%d]*ARGV[%d] (T*B) must be at most %d', i, i + 1, MAX_WINDOW))
+  end
+  return T, B
+end
+
 -- limit reads the triple (T, B, cost) starting at ARGV[i], validated as
 -- gcra.Limit.Validate and gcra.Limit.CheckCost do.
 local function limit(i)
-  local T, B, cost, err
-  T, err = whole(i, 'T', 1, MAX_WINDOW)
+  local T, B, err = pair(i)
   if not T then return nil, err end
-  B, err = whole(i + 1, 'B', 1, MAX_WINDOW)
-  if not B then return nil, err end
-  if T * B > MAX_WINDOW then
-    return nil, redis.error_reply(string.format(
-      'ERR allot: ARGV[%d]*ARGV[%d] (T*B) must be at most %d', i, i + 1, MAX_WINDOW))
-  end
+  local cost
   cost, err = whole(i + 2, 'cost', 1, B)
   if not cost then return nil, err end
   return {T, B, cost}

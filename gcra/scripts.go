@@ -57,3 +57,13 @@ func SettleScript() string { return luaLib + luaSettle }
 // (never denied). It returns 1. Time comes from Redis TIME. All keys must
 // share a Redis Cluster slot.
 func ChargeScript() string { return luaLib + luaCharge }
+
+//go:embed gcra_restate.lua
+var luaRestate string
+
+// RestateScript returns the Lua source of the restate script: KEYS[1..N]
+// and N pairs (T µs, B) in ARGV, each key restated as RestateMicros does
+// (a key under another limit is written converted; nothing is charged). It
+// returns the number of keys written. Time comes from Redis TIME. All keys
+// must share a Redis Cluster slot.
+func RestateScript() string { return luaLib + luaRestate }

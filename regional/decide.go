@@ -276,14 +276,19 @@ func (s *Service) plan(p *plan, te *tenantEntry, d map[string]string, cost int64
 			}
 			var rate float64
 			var burst int64
+			var cold bool
+			id := lc.share
 			if l.FromBudget {
-				p.addBudget(lc.share)
-				rate, burst, _ = s.view.effective(now, te, lc)
+				rate, burst, _, cold = s.view.effective(now, te, lc)
 			} else {
 				// One key's share of a global limit of its own rate.
-				id := keyShareID(te.resolved.Tenant, l, d)
-				p.addBudget(id)
-				rate, burst, _ = s.view.effectiveKey(now, te, id, lc)
+				id = keyShareID(te.resolved.Tenant, l, d)
+				rate, burst, _, cold = s.view.effectiveKey(now, te, id, lc)
+			}
+			p.addBudget(id)
+			if cold && !l.Shadow {
+				// Restated under the budget's grant when it arrives.
+				s.view.cold.remember(now, id, te.shard, coldKey{key: key, te: te, lc: lc, keyShare: !l.FromBudget})
 			}
 			// The region's share (grant or floor) is slower than the budget
 			// and may rest longer than gcra's window: Fit lowers its burst

@@ -159,7 +159,7 @@ func TestEnvoyGlobalPerValueLimit(t *testing.T) {
 		id := keyShareIDFor("edge-ip", "per-ip", addr)
 		for _, p := range pods[region] {
 			if te := p.s.view.tenant("edge-ip"); te != nil {
-				r, _, _ := p.s.view.effectiveKey(time.Now(), te, id, &te.limits[0])
+				r, _, _, _ := p.s.view.effectiveKey(time.Now(), te, id, &te.limits[0])
 				most = max(most, r)
 			}
 		}

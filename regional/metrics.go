@@ -23,6 +23,7 @@ type metrics struct {
 	earlyReports  *prometheus.CounterVec
 	settles       *prometheus.CounterVec
 	charges       *prometheus.CounterVec
+	restates      *prometheus.CounterVec
 	pushes        *prometheus.CounterVec
 	dropped       prometheus.CounterFunc
 	policyVersion prometheus.GaugeFunc
@@ -131,6 +132,9 @@ func newMetrics(reg prometheus.Registerer, region string, s *Service) (*metrics,
 		settles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "allot_settles_total", Help: "Settles of reserved decisions, by result (refunded, charged, exact; gone: unknown, expired or settled already; bad: an actual cost no key can owe; failed: the store failed).", ConstLabels: cl,
 		}, []string{"result"}),
+		restates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_cold_restates_total", Help: "Keys decided under a budget's cold floor (a tenant the pod held no grant of) restated under its grant as it arrived, so that they refill at the grant's rate at once, by result (restated; failed: the store failed, and the key restates at its next decision).", ConstLabels: cl,
+		}, []string{"result"}),
 		charges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "allot_charges_total", Help: "Charges of costs already spent (the policy's charges entry, e.g. Envoy's apply_on_stream_done), by result (charged; none: no limit to charge; failed: the store failed and the cost went uncharged).", ConstLabels: cl,
 		}, []string{"result"}),
@@ -184,7 +188,7 @@ func newMetrics(reg prometheus.Registerer, region string, s *Service) (*metrics,
 	if m.fallback, err = promreg.Register(reg, m.fallback); err != nil {
 		return nil, err
 	}
-	for _, c := range []prometheus.Collector{m.storeDuration, m.storeErrors, m.grantAge, m.leaseValid, m.leaseLeft, m.reports, m.earlyReports, m.settles, m.charges, m.pushes, m.dropped, m.policyVersion, m.livePods, m.shards, newLeaseUnits(m)} {
+	for _, c := range []prometheus.Collector{m.storeDuration, m.storeErrors, m.grantAge, m.leaseValid, m.leaseLeft, m.reports, m.earlyReports, m.settles, m.charges, m.restates, m.pushes, m.dropped, m.policyVersion, m.livePods, m.shards, newLeaseUnits(m)} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -328,7 +328,7 @@ tiers:
 		id := keyShareIDFor("t1", "user", user)
 		for _, p := range pods[region] {
 			if te := p.s.view.tenant("t1"); te != nil {
-				r, _, _ := p.s.view.effectiveKey(time.Now(), te, id, &te.limits[0])
+				r, _, _, _ := p.s.view.effectiveKey(time.Now(), te, id, &te.limits[0])
 				most = max(most, r)
 			}
 		}

@@ -65,7 +65,8 @@ func newReporter(s *Service, shard int, counts *counters) *reporter {
 }
 
 // Times of the reports a pod sends out of its period (docs/protocol.md,
-// "Early reports"): a step goes at most once per stepGap, the
+// "Early reports"): a step goes at most once per stepGap (a first sight,
+// which asks for a grant, within ackGap), the
 // acknowledgement of a shrink (which a grow elsewhere may wait for) within
 // ackGap, long enough for the rest of a batch of changes to arrive with it.
 // After a report failed the pod reports again after resendAfter, doubling
@@ -77,6 +78,16 @@ const (
 	resendAfter = 250 * time.Millisecond
 	resendMax   = 500 * time.Millisecond
 )
+
+// stepGapOf is the least gap before the early report of tr's steps: ackGap
+// when a step is a tenant's first sight (the pod enforces its cold floor
+// until the answer: it asks for its grant at once), else stepGap.
+func stepGapOf(tr *shares.Tracker) time.Duration {
+	if tr.FirstSights() > 0 {
+		return ackGap
+	}
+	return stepGap
+}
 
 // earlyGate spaces the reports sent out of period.
 type earlyGate struct {
@@ -160,11 +171,11 @@ func (r *reporter) run(ctx context.Context) error {
 			full()
 		case <-check:
 			if r.feed(tr, false) {
-				want(stepGap)
+				want(stepGapOf(tr))
 			}
 		case <-r.counts.fresh:
 			if r.feed(tr, false) {
-				want(stepGap)
+				want(stepGapOf(tr))
 			}
 		case <-r.shrunk:
 			want(ackGap)

@@ -38,9 +38,12 @@ type Service struct {
 	// counted, and budget limits enforce nothing).
 	counts  atomic.Pointer[[]*counters]
 	breaker *gobreaker.CircuitBreaker[[]gcra.Answer]
-	settler gcra.Settler    // the region's store, when it keeps reservations
-	charger gcra.Charger    // and when it takes charges
-	local   *memstore.Store // the fallback limiter
+	settler gcra.Settler // the region's store, when it keeps reservations
+	charger gcra.Charger // and when it takes charges
+	// restater restates keys under new limits (the region's store, when
+	// it can): keys decided under a cold floor, as their grant arrives.
+	restater gcra.Restater
+	local    *memstore.Store // the fallback limiter
 
 	// leases serves every leased limit, each with its policy's lease size
 	// (lease.Limiter.Reserve), over the region's store. Run runs it:
@@ -84,6 +87,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	settler, _ := cfg.Store.(gcra.Settler)
 	charger, _ := cfg.Store.(gcra.Charger)
+	restater, _ := cfg.Store.(gcra.Restater)
 	if bs, ok := cfg.Store.(gcra.BatchStore); ok && cfg.Coalesce {
 		ps, err := pipeline.New(bs, pipeline.DefaultConfig())
 		if err != nil {
@@ -109,6 +113,7 @@ func New(cfg Config) (*Service, error) {
 		failLogged: map[string]time.Time{},
 		settler:    settler,
 		charger:    charger,
+		restater:   restater,
 	}
 	s.breaker = gobreaker.NewCircuitBreaker[[]gcra.Answer](gobreaker.Settings{
 		Name:         "store-" + cfg.Region,
@@ -216,6 +221,7 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error { return ignoreCtx(s.budgets.Run(ctx)) })
 	g.Go(func() error { return ignoreCtx(s.local.Run(ctx)) })
 	g.Go(func() error { return s.report(ctx) })
+	g.Go(func() error { return s.restateCold(ctx) })
 	g.Go(func() error { s.warmUp(ctx); return nil })
 	g.Go(func() error { return s.leases.Run(ctx) })
 	return g.Wait()

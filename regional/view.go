@@ -52,6 +52,10 @@ type view struct {
 	charge  atomic.Pointer[policy.ChargeEntry] // the policy's, nil when none
 	tenants sync.Map                           // tenant → *tenantEntry
 	cached  atomic.Int64
+
+	// cold holds the keys decided under cold floors, restated when their
+	// grants arrive (see coldKeys).
+	cold *coldKeys
 }
 
 // maxCachedTenants bounds the tenant cache; past it the cache is emptied
@@ -93,6 +97,7 @@ func newView(region string, drift time.Duration) *view {
 		region:  region,
 		drift:   drift,
 		budgets: map[string]*state.BudgetRecord{},
+		cold:    newColdKeys(),
 	}
 }
 
@@ -251,26 +256,33 @@ func (v *view) chargeEntry() (key, value string, ok bool) {
 }
 
 // effective returns the rate and burst the pod enforces now for the budget
-// of te's limit lc on the Redis path, and whether it comes from a leased
-// grant.
-func (v *view) effective(now time.Time, te *tenantEntry, lc *limitCache) (float64, int64, bool) {
+// of te's limit lc on the Redis path, whether it comes from a leased grant,
+// and whether it is the cold floor (the pod holds no grant of the budget).
+func (v *view) effective(now time.Time, te *tenantEntry, lc *limitCache) (rate float64, burst int64, leased, cold bool) {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	if te.shard < 0 || te.shard >= len(v.pods) {
-		return 0, 0, false // (the entry predates the shard count: it is recomputed)
+		return 0, 0, false, false // (the entry predates the shard count: it is recomputed)
 	}
-	return v.pods[te.shard].Effective(now, lc.share, lc.own)
+	return effectiveOf(v.pods[te.shard], now, lc.share, lc.own)
 }
 
 // effectiveKey is effective for one key's share (shares.KeyBudgetID id) of
 // te's global limit lc.
-func (v *view) effectiveKey(now time.Time, te *tenantEntry, id string, lc *limitCache) (float64, int64, bool) {
+func (v *view) effectiveKey(now time.Time, te *tenantEntry, id string, lc *limitCache) (rate float64, burst int64, leased, cold bool) {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	if te.shard < 0 || te.shard >= len(v.pods) {
-		return 0, 0, false
+		return 0, 0, false, false
 	}
-	return v.pods[te.shard].Effective(now, id, lc.own)
+	return effectiveOf(v.pods[te.shard], now, id, lc.own)
+}
+
+// effectiveOf is p.Effective, and whether it is the cold floor: not from
+// a leased grant while the lease is valid, so from no grant at all.
+func effectiveOf(p *shares.Pod, now time.Time, id string, own shares.Ceiling) (rate float64, burst int64, leased, cold bool) {
+	rate, burst, leased = p.Effective(now, id, own)
+	return rate, burst, leased, !leased && p.Leased(now)
 }
 
 // ownLocked is a budget's floor in this region by the pod's own reading of
@@ -395,6 +407,19 @@ func (v *view) apply(shard int, a shares.Answer, now time.Time, fn func(*shares.
 	}
 	_, renewedBefore, _ := p.Standing(now)
 	fn(p)
+	if !a.Learning && v.cold.pending.Load() > 0 {
+		// Keys decided under a budget's cold floor are restated under its
+		// grant as it arrives.
+		granted := false
+		for _, e := range a.Entries {
+			if _, ok := p.Grant(e.Tenant); ok && v.cold.granted(shard, e.Tenant) {
+				granted = true
+			}
+		}
+		if granted {
+			v.cold.signal()
+		}
+	}
 	if _, renewed, _ := p.Standing(now); renewed > renewedBefore {
 		// A new leader renewed what the pod holds: tell it at once that
 		// the renewal applied, so that its learning can end.

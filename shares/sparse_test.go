@@ -135,3 +135,36 @@ func TestBurstSplitFavoursQuietRegions(t *testing.T) {
 		t.Errorf("bursts %d/%d/%d: the busiest region got no more than the others", g["us-east"].Burst, g["eu-west"].Burst, g["ap-south"].Burst)
 	}
 }
+
+// FirstSights counts the steps that are tenants seen for the first time
+// (the pod reports them within the acknowledgement's gap), not a known
+// tenant's step, and TakeSteps clears it with the steps.
+func TestTrackerFirstSights(t *testing.T) {
+	tr, err := shares.NewTracker(t0, shares.TrackerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := t0.Add(time.Second)
+	tr.Add(now, "a", 1, 1)
+	tr.Add(now, "b", 1, 1)
+	tr.Add(now, "a", 1, 1) // (already stepped)
+	if n, s := tr.FirstSights(), tr.Steps(); n != 2 || s != 2 {
+		t.Fatalf("two tenants seen for the first time: FirstSights %d, Steps %d, want 2 and 2", n, s)
+	}
+	tr.TakeSteps(now)
+	if n := tr.FirstSights(); n != 0 {
+		t.Fatalf("after TakeSteps: FirstSights %d, want 0", n)
+	}
+	// a, a Window on, at a rate that says something: a step (its second
+	// look), not a first sight.
+	stepped := false
+	for i := 1; i <= 400 && !stepped; i++ {
+		stepped = tr.Add(now.Add(time.Duration(i)*time.Millisecond), "a", 1, 1)
+	}
+	if !stepped {
+		t.Fatal("a's second look is no step")
+	}
+	if n := tr.FirstSights(); n != 0 {
+		t.Errorf("a known tenant's step counted as a first sight (%d)", n)
+	}
+}

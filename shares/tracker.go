@@ -62,6 +62,7 @@ type Tracker struct {
 	bucket   time.Duration
 	tenants  map[string]*track
 	stepped  []string
+	firsts   int // of stepped, tenants seen for the first time
 	lastFull time.Time
 }
 
@@ -168,8 +169,12 @@ func (t *Tracker) AddDecisions(now time.Time, tenant string, offered, admitted, 
 	if tr.stepped || (!rolled && tr.refSet) {
 		return false
 	}
+	first := !tr.refSet
 	if !t.isStep(tr, now) {
 		return false
+	}
+	if first {
+		t.firsts++
 	}
 	tr.stepped = true
 	t.stepped = append(t.stepped, tenant)
@@ -242,6 +247,12 @@ func departs(off, want, z float64) bool {
 // Steps returns how many tenants stepped since they were last reported.
 func (t *Tracker) Steps() int { return len(t.stepped) }
 
+// FirstSights returns how many of those steps are tenants seen for the
+// first time: a pod holds no grant of such a tenant and enforces its cold
+// floor until the leader answers, so their report should not wait out the
+// least gap between steps.
+func (t *Tracker) FirstSights() int { return t.firsts }
+
 // TakeSteps returns the usage of an early report at now: each tenant that
 // stepped, at its rate since the step (see stepRate) over interval, with
 // Step set. Those tenants' counts for the next periodic report start again
@@ -284,7 +295,7 @@ func (t *Tracker) TakeSteps(now time.Time) (usage map[string]Usage, interval tim
 		}
 		tr.off, tr.adm, tr.start, tr.stepped, tr.fromStep = 0, 0, now, false, true
 	}
-	t.stepped = t.stepped[:0]
+	t.stepped, t.firsts = t.stepped[:0], 0
 	return usage, interval
 }
 

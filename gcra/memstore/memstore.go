@@ -85,6 +85,7 @@ var (
 	_ gcra.BatchStore = (*Store)(nil)
 	_ gcra.Settler    = (*Store)(nil)
 	_ gcra.Charger    = (*Store)(nil)
+	_ gcra.Restater   = (*Store)(nil)
 )
 
 // New returns an empty Store. It copies cfg.
@@ -364,6 +365,28 @@ func (s *Store) Charge(ctx context.Context, reqs []gcra.Request) error {
 		sh := &s.shards[idx[i]]
 		st, _ := s.start(sh.get(q.Key, now), q.Limit, now)
 		if ns, write := gcra.ChargeMicros(st, now, q.Limit, q.Cost); write {
+			s.put(sh, q.Key, ns, now)
+		}
+	}
+	return nil
+}
+
+// Restate restates each request's key under its limit, all at one instant
+// (see gcra.RestateMicros): nothing is charged, and a missing key stays
+// missing.
+func (s *Store) Restate(ctx context.Context, reqs []gcra.Request) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := gcra.ValidateRestates(reqs); err != nil {
+		return err
+	}
+	now := s.clock().UnixMicro()
+	idx, locked := s.lockShards(reqs, nil, nil)
+	defer s.unlockShards(locked)
+	for i, q := range reqs {
+		sh := &s.shards[idx[i]]
+		if ns, write := gcra.RestateMicros(sh.get(q.Key, now), now, q.Limit); write {
 			s.put(sh, q.Key, ns, now)
 		}
 	}

@@ -376,3 +376,46 @@ func TestSettleMintsNothing(t *testing.T) {
 		t.Fatal("a charge on a missing key of an empty-starting store left it fuller than empty")
 	}
 }
+
+// A key spent under a slow limit and restated under a fast one refills at
+// the fast rate from the restate on; without the restate it refills at the
+// slow rate until its next decision. A missing key stays missing.
+func TestRestate(t *testing.T) {
+	ctx := context.Background()
+	slow, fast := gcra.Limit{T: 300_000, Burst: 1}, gcra.Limit{T: 10_000, Burst: 8}
+	for _, restate := range []bool{false, true} {
+		clk := newClock(1_700_000_000_000_000)
+		s := newStore(t, clk)
+		if d, _ := s.Decide(ctx, []gcra.Request{{Key: "k", Limit: slow, Cost: 1}}); !d.Allowed {
+			t.Fatal("first decision denied")
+		}
+		clk.Add(5 * time.Millisecond) // the grant arrives
+		if restate {
+			if err := s.Restate(ctx, []gcra.Request{{Key: "k", Limit: fast}, {Key: "gone", Limit: fast}}); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := s.Peek("gone"); ok {
+				t.Fatal("a missing key was restated into existence")
+			}
+			if st, _ := s.Peek("k"); st.T != fast.T || st.Burst != fast.Burst {
+				t.Fatalf("after the restate the key holds %+v, want it under %+v", st, fast)
+			}
+		}
+		clk.Add(78 * time.Millisecond) // the next request, 83 ms after the first
+		d, err := s.Decide(ctx, []gcra.Request{{Key: "k", Limit: fast, Cost: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Restated at 5 ms: 5/300 of a unit then, plus 78 ms at 10 ms a
+		// unit. Not restated: 83/300 of a unit, restated at 83 ms.
+		if d.Allowed != restate {
+			t.Errorf("restated %v: the request 78 ms after the grant: allowed %v, want %v", restate, d.Allowed, restate)
+		}
+		if restate && d.Remaining != 6 {
+			t.Errorf("restated: %d units left after the request, want 6 (7.8 refilled, one spent, whole units)", d.Remaining)
+		}
+	}
+	if err := newStore(t, newClock(1)).Restate(ctx, nil); err == nil {
+		t.Error("an empty restate accepted")
+	}
+}

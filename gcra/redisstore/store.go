@@ -22,6 +22,7 @@ type Store struct {
 	settle  *redis.Script
 	charge  *redis.Script
 	reserve *redis.Script
+	restate *redis.Script
 }
 
 var _ gcra.BatchStore = (*Store)(nil)
@@ -46,6 +47,7 @@ func New(c redis.UniversalClient) (*Store, error) {
 		settle:  redis.NewScript(gcra.SettleScript()),
 		charge:  redis.NewScript(gcra.ChargeScript()),
 		reserve: redis.NewScript(gcra.ReserveScript()),
+		restate: redis.NewScript(gcra.RestateScript()),
 	}, nil
 }
 
@@ -342,6 +344,29 @@ func (s *Store) Charge(ctx context.Context, reqs []gcra.Request) error {
 	keys, args := encode(reqs)
 	if err := s.charge.Run(ctx, s.c, keys, args...).Err(); err != nil {
 		return classify("charge", err)
+	}
+	return nil
+}
+
+var _ gcra.Restater = (*Store)(nil)
+
+// Restate restates each request's key under its limit in one script run
+// (see gcra.RestateMicros): keys under another limit are converted at
+// Redis's instant, nothing is charged. The keys must share a Redis Cluster
+// slot (one tenant's keys do). Invalid requests return the error of
+// gcra.ValidateRestates without calling Redis.
+func (s *Store) Restate(ctx context.Context, reqs []gcra.Request) error {
+	if err := gcra.ValidateRestates(reqs); err != nil {
+		return err
+	}
+	keys := make([]string, len(reqs))
+	args := make([]any, 0, 2*len(reqs))
+	for i := range reqs {
+		keys[i] = reqs[i].Key
+		args = append(args, reqs[i].Limit.T, reqs[i].Limit.Burst)
+	}
+	if err := s.restate.Run(ctx, s.c, keys, args...).Err(); err != nil {
+		return classify("restate", err)
 	}
 	return nil
 }

@@ -977,7 +977,8 @@ func (w *world) resend(k int, t int64) {
 }
 
 // Least times between two reports of a pod out of its period: to say a
-// step (stepGap), and to acknowledge a shrink (ackGap).
+// step (stepGap), and to acknowledge a shrink or say a tenant's first
+// sight (ackGap).
 const (
 	stepGap = 100 * time.Millisecond
 	ackGap  = 20 * time.Millisecond
@@ -992,7 +993,9 @@ func (w *world) extraReport(k int, t int64, ack bool) {
 		return
 	}
 	gap := stepGap
-	if ack {
+	if ack || ps.tracker.FirstSights() > 0 {
+		// (A first sight asks for the tenant's grant: the pod enforces
+		// its cold floor until the answer.)
 		gap = ackGap
 	}
 	at := t
@@ -1126,6 +1129,17 @@ func (w *world) answered(k, n int, t int64) {
 	}
 	own := w.regions[ps.region].own
 	_, renewedBefore, _ := ps.st.Standing(w.at(t))
+	// The budgets this answer may grant that the pod held no grant of:
+	// their keys, spent under the cold floor, are restated under the grant
+	// as it applies (as regional's pods do).
+	var cold []string
+	if !sa.ans.Learning {
+		for _, e := range sa.ans.Entries {
+			if _, ok := ps.st.Grant(e.Tenant); !ok && !e.Grant.Dropped {
+				cold = append(cold, e.Tenant)
+			}
+		}
+	}
 	if sa.push && sa.ans.ReportNow {
 		w.extraReport(k, t, true)
 		return
@@ -1139,11 +1153,37 @@ func (w *world) answered(k, n int, t int64) {
 		ps.id, sa.sentAt, sa.ans.Term, sa.ans.Learning, sa.ans.Full, sa.ans.Epoch, sa.ans.Entries)
 	w.refreshAll(t)
 	w.checkUserEntries(sa.ans.Entries, t)
+	w.restateCold(k, cold, t)
 	if _, renewed, _ := ps.st.Standing(w.at(t)); renewed > renewedBefore {
 		shrunk = true // (the leader learns at once that the renewal applied)
 	}
 	if shrunk {
 		w.extraReport(k, t, true)
+	}
+}
+
+// restateCold restates, under what pod k now enforces, its region's keys
+// of the budgets in ids that it held no grant of before an answer at t and
+// holds one of now (gcra.RestateMicros: nothing charged, nothing minted).
+func (w *world) restateCold(k int, ids []string, t int64) {
+	ps := w.pods[k]
+	rs := w.regions[ps.region]
+	for _, id := range ids {
+		if _, ok := ps.st.Grant(id); !ok {
+			continue
+		}
+		switch {
+		case id == Tenant && ps.eff.ok:
+			rs.key, _ = gcra.RestateMicros(rs.key, w.off+t, ps.eff.limit)
+		case id == TokensID && w.tok != nil && ps.tokEff.ok:
+			rs.tokKey, _ = gcra.RestateMicros(rs.tokKey, w.off+t, ps.tokEff.limit)
+		case w.users != nil:
+			if u, ok := w.users.index[id]; ok {
+				if e := w.enforceUser(k, u, t); e.ok {
+					w.users.keys[ps.region][u], _ = gcra.RestateMicros(w.users.keys[ps.region][u], w.off+t, e.limit)
+				}
+			}
+		}
 	}
 }
 
