@@ -279,6 +279,12 @@ func runEnvoy(ctx context.Context, s *streams, env func(string) (string, bool), 
 			return g.Wait()
 		}
 	}
+	// Both health services exist from the first call on (NotFound is not
+	// an answer a prober expects), and the original's name turns with ""
+	// (it is set first: a caller that saw "" serving sees it serving).
+	for _, name := range []string{"ratelimit", ""} {
+		hs.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
+	}
 	g.Go(func() error { return serve.IgnoreClosed(gs.Serve(ls.grpc)) })
 	g.Go(func() error { return serve.IgnoreClosed(httpSrv.Serve(ls.http)) })
 	g.Go(func() error { return serve.IgnoreClosed(debugSrv.Serve(ls.debug)) })
@@ -293,8 +299,8 @@ func runEnvoy(ctx context.Context, s *streams, env func(string) (string, bool), 
 			if !healthy() || !svc.Ready() && !st.ForceStart {
 				state = healthpb.HealthCheckResponse_NOT_SERVING
 			}
-			hs.SetServingStatus("", state)
 			hs.SetServingStatus("ratelimit", state) // the original's service name
+			hs.SetServingStatus("", state)
 			select {
 			case <-gctx.Done():
 				return nil
