@@ -224,10 +224,50 @@ type regionState struct {
 }
 
 // coldFloor is one class's cold floor in one region: r, b the largest the
-// region's pods may hold (see SetCold), curR, curB the one set last.
+// region's pods may hold (see SetCold), curR, curB the one set last, and
+// held the ones set before it that pods may still hold.
 type coldFloor struct {
 	r, curR float64
 	b, curB int64
+	held    []heldCold
+}
+
+// heldCold is a cold floor that was lowered: pods may hold it until the
+// last lease an answer carried while it was current has surely ended.
+type heldCold struct {
+	r     float64
+	b     int64
+	until time.Time // leader clock
+}
+
+// set makes c the current cold floor. One lowered is held until the
+// region's lease surely ended (leaseExpiry, leader clock): every answer
+// that carried it renewed a lease ending before then, and a pod applies a
+// lower cold floor from every answer that renews its lease (Pod.Answered),
+// so once its lease comes from a later answer it holds the lower one.
+func (f *coldFloor) set(c Ceiling, leaseExpiry time.Time) {
+	if c.Rate < f.curR || c.Burst < f.curB {
+		f.held = append(f.held, heldCold{r: f.curR, b: f.curB, until: leaseExpiry})
+	}
+	f.curR, f.curB = c.Rate, c.Burst
+	f.settle()
+}
+
+// retire forgets the held cold floors whose leases surely ended by now.
+func (f *coldFloor) retire(now time.Time) {
+	if len(f.held) == 0 {
+		return
+	}
+	f.held = slices.DeleteFunc(f.held, func(h heldCold) bool { return !now.Before(h.until) })
+	f.settle()
+}
+
+// settle sets r, b to the largest of the current and held cold floors.
+func (f *coldFloor) settle() {
+	f.r, f.b = f.curR, f.curB
+	for _, h := range f.held {
+		f.r, f.b = max(f.r, h.r), max(f.b, h.b)
+	}
 }
 
 // coldOf returns region i's cold floor for tenant k's class.
@@ -282,7 +322,8 @@ func (a *Allocator) SetLegacyOpen(region string, open bool) {
 // SetCold records that pods of region may enforce up to c for a tenant they
 // hold no grant of, while their lease is valid: the leader counts it in the
 // region's ceiling of every tenant until the tenant's first grant there is
-// acknowledged. The recorded value only grows within an allocator's life.
+// acknowledged. A lowered cold floor is counted at its older value until
+// every lease granted while that value was current has surely ended.
 func (a *Allocator) SetCold(region string, c Ceiling) { a.SetColdOf(region, "", c) }
 
 // SetColdOf is SetCold for the named budgets of that name (BudgetID): what
@@ -301,9 +342,7 @@ func (a *Allocator) SetColdOf(region, name string, c Ceiling) {
 	for len(reg.cold) <= cl {
 		reg.cold = append(reg.cold, coldFloor{})
 	}
-	f := &reg.cold[cl]
-	f.r, f.b = max(f.r, c.Rate), max(f.b, c.Burst)
-	f.curR, f.curB = c.Rate, c.Burst
+	reg.cold[cl].set(c, reg.leaseExpiry)
 }
 
 // Allocator is the leader's state: demand estimates, grants with epochs,
@@ -624,6 +663,9 @@ func (a *Allocator) rebalanceOne(now time.Time, k int, b *Budget) []Change {
 func (a *Allocator) markLive(now time.Time, revoke bool) {
 	for i := range a.regs {
 		reg := &a.regs[i]
+		for j := range reg.cold {
+			reg.cold[j].retire(now)
+		}
 		a.live[i] = now.Before(reg.leaseExpiry)
 		if revoke && !a.live[i] && !reg.revoked {
 			// The region's lease surely ended: every grant it holds is

@@ -296,6 +296,11 @@ type Leader struct {
 	deflts []*Budget
 	// namedCold: each region's cold floors of named budgets, by name.
 	namedCold []map[string]Ceiling
+	// coldWait: cold floors a policy raised in some region while it
+	// lowered one elsewhere (a pinned default tier's new home), by class
+	// name ("" the tenants' budgets): answers carry them only once every
+	// lease granted before the lowering has ended (see setCold).
+	coldWait map[string]*coldRaise
 	// rebalanced: the first rebalance after learning ran; until then
 	// reports are answered as in learning.
 	rebalanced bool
@@ -430,14 +435,7 @@ func (l *Leader) SetDefault(b *Budget) {
 	}
 	l.deflt = b
 	l.setClassDefault(0, b)
-	for i := range l.regs {
-		var c Ceiling
-		if b != nil {
-			c.Rate, c.Burst = Floor(*b, l.cfg.Regions, l.regs[i].name)
-		}
-		l.regs[i].cold = c
-		l.alloc.SetCold(l.regs[i].name, c)
-	}
+	l.setCold("", b)
 }
 
 // SetNamedDefault is SetDefault for the named budget name (see BudgetID),
@@ -454,25 +452,107 @@ func (l *Leader) SetNamedDefault(name string, b *Budget) {
 		b = nil
 	}
 	l.setClassDefault(l.alloc.classOf(BudgetID("x", name)), b)
+	l.setCold(name, b)
+}
+
+// coldRaise is one class's cold floors waiting to be raised: the targets by
+// region, carried from at on (leader clock).
+type coldRaise struct {
+	want []Ceiling
+	at   time.Time
+}
+
+// setCold sets the cold floors of the class name (the default budget b's
+// floor in each region; none when b is nil). A pod holds the cold floor of
+// the last answer that renewed its lease until its next one, so a region
+// whose cold floor falls may enforce the old one until every lease granted
+// before then has ended. A region's cold floor rises at once only when no
+// other region's falls (a budget raised everywhere: the mix of old and new
+// floors stays within the new budget); otherwise (the default tier pinned
+// to another home, a region set that changed) it stays where it was, or
+// falls with the rest, until those leases have ended: the old home and the
+// new one never both hold the whole budget as their cold floor.
+func (l *Leader) setCold(name string, b *Budget) {
+	want := make([]Ceiling, len(l.regs))
+	lowered := false
+	for i := range l.regs {
+		if b != nil {
+			want[i].Rate, want[i].Burst = Floor(*b, l.cfg.Regions, l.regs[i].name)
+		}
+		cur := l.coldCarried(name, i)
+		lowered = lowered || want[i].Rate < cur.Rate || want[i].Burst < cur.Burst
+	}
+	w := l.coldWait[name]
+	if !lowered && w == nil {
+		for i := range l.regs {
+			l.carryCold(name, i, want[i])
+		}
+		return
+	}
+	if w == nil {
+		if l.coldWait == nil {
+			l.coldWait = map[string]*coldRaise{}
+		}
+		w = &coldRaise{}
+		l.coldWait[name] = w
+	}
+	w.want = want
+	for i := range l.regs {
+		cur := l.coldCarried(name, i)
+		l.carryCold(name, i, Ceiling{Rate: min(cur.Rate, want[i].Rate), Burst: min(cur.Burst, want[i].Burst)})
+		if exp := l.alloc.regs[i].leaseExpiry; exp.After(w.at) {
+			w.at = exp
+		}
+	}
+}
+
+// raiseCold carries, at now, the cold floors setCold held back whose wait
+// is over.
+func (l *Leader) raiseCold(now time.Time) {
+	for name, w := range l.coldWait {
+		if now.Before(w.at) {
+			continue
+		}
+		for i := range l.regs {
+			l.carryCold(name, i, w.want[i])
+		}
+		delete(l.coldWait, name)
+	}
+}
+
+// coldCarried returns the cold floor answers carry to region i for class
+// name.
+func (l *Leader) coldCarried(name string, i int) Ceiling {
+	if name == "" {
+		return l.regs[i].cold
+	}
+	if l.namedCold == nil {
+		return Ceiling{}
+	}
+	return l.namedCold[i][name] // (none: zero)
+}
+
+// carryCold makes c the cold floor answers carry to region i for class
+// name, and the one the allocator counts.
+func (l *Leader) carryCold(name string, i int, c Ceiling) {
+	if name == "" {
+		l.regs[i].cold = c
+		l.alloc.SetCold(l.regs[i].name, c)
+		return
+	}
 	if l.namedCold == nil {
 		l.namedCold = make([]map[string]Ceiling, len(l.regs))
 	}
-	for i := range l.regs {
-		var c Ceiling
-		if b != nil {
-			c.Rate, c.Burst = Floor(*b, l.cfg.Regions, l.regs[i].name)
-		}
-		// A new map: answers already handed out keep theirs.
-		m := make(map[string]Ceiling, len(l.namedCold[i])+1)
-		maps.Copy(m, l.namedCold[i])
-		if b != nil {
-			m[name] = c
-		} else {
-			delete(m, name)
-		}
-		l.namedCold[i] = m
-		l.alloc.SetColdOf(l.regs[i].name, name, c)
+	// A new map: answers already handed out keep theirs.
+	m := make(map[string]Ceiling, len(l.namedCold[i])+1)
+	maps.Copy(m, l.namedCold[i])
+	if c.Rate > 0 || c.Burst > 0 {
+		m[name] = c
+	} else {
+		delete(m, name)
 	}
+	l.namedCold[i] = m
+	l.alloc.SetColdOf(l.regs[i].name, name, c)
 }
 
 func (l *Leader) setClassDefault(cl int32, b *Budget) {
@@ -571,6 +651,7 @@ func (l *Leader) Report(now time.Time, r PodReport) (Answer, error) {
 		l.stats.Rejected++
 		return Answer{}, err
 	}
+	l.raiseCold(now)
 	reg := &l.regs[i]
 	prev := reg.pods[r.Pod]
 	hadLease := prev != nil && now.Before(prev.expires)
@@ -1436,6 +1517,7 @@ func (l *Leader) Budget(tenant string) (Budget, bool) {
 // floor, tombstones drop them, and their slots are freed. It returns the
 // grants that changed; they reach pods in the answers to their reports.
 func (l *Leader) Rebalance(now time.Time) []Change {
+	l.raiseCold(now)
 	l.fold(now)
 	var idle func(k int) bool
 	if l.cfg.IdleTimeout > 0 {

@@ -32,6 +32,10 @@ type rig struct {
 	// named are the default budgets of named budgets (see
 	// shares.BudgetID), by name.
 	named map[string]shares.Budget
+	// deflt, when set, is the default tier the pods read (else
+	// rigDefault); laggingDeflt, the one these pods read instead.
+	deflt        *shares.Budget
+	laggingDeflt map[string]shares.Budget
 }
 
 func newRig(t *testing.T, term uint64, regions []string, budgets map[string]shares.Budget, pods ...string) *rig {
@@ -77,6 +81,11 @@ func (r *rig) own(id string) func(string) shares.Ceiling {
 			b = r.named[name] // (zero when it has none: no floor)
 		} else if !ok {
 			b = rigDefault // the default tier
+			if d, lag := r.laggingDeflt[id]; lag {
+				b = d
+			} else if r.deflt != nil {
+				b = *r.deflt
+			}
 		}
 		fr, fb := shares.Floor(b, r.regions, r.region[id])
 		return shares.Ceiling{Rate: fr, Burst: fb}

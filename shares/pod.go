@@ -177,6 +177,7 @@ func (p *Pod) Answered(now, sentAt time.Time, a Answer, own func(tenant string) 
 		}
 		p.grants[e.Tenant] = g
 	}
+	coldSet := false
 	if a.Epoch >= p.epoch {
 		// The leader counts a pod that reports epoch E as holding what an
 		// answer of epoch E says: an answer that moves the epoch forward
@@ -187,11 +188,21 @@ func (p *Pod) Answered(now, sentAt time.Time, a Answer, own func(tenant string) 
 		newer := a.Epoch > p.epoch
 		p.epoch = a.Epoch
 		if !sentAt.Before(p.lastSent) {
-			p.lastSent = sentAt
+			p.lastSent, coldSet = sentAt, true
 			p.cold, p.coldNamed, p.shareD, p.pods = a.Cold, a.ColdNamed, a.SharePods, a.Pods
 		} else if newer {
 			p.shareD = a.SharePods
 		}
+	}
+	if a.Lease > 0 && !coldSet {
+		// An answer to an older report, or one behind the epoch the pod
+		// holds, still renews the lease below: it lowers the cold floor
+		// to its own, never raises it. (The leader counts a lowered cold
+		// floor at its older value only until the leases of the answers
+		// that carried that value have ended: a lease renewed by a later
+		// answer must come with that answer's floor.)
+		p.cold = Ceiling{Rate: min(p.cold.Rate, a.Cold.Rate), Burst: min(p.cold.Burst, a.Cold.Burst)}
+		p.coldNamed = lowerCold(p.coldNamed, a.ColdNamed)
 	}
 	p.synced = true
 	if until := sentAt.Add(a.Lease - p.drift); until.After(p.leaseUntil) {

@@ -107,6 +107,11 @@ type Result struct {
 // c's named budget "tok" (shares.BudgetID) on the tier's default of it.
 var tenantNames = []string{"a", "b", "c", "c/tok"}
 
+// coldNames are tenants no pod ever sees, checked only: every leased pod
+// enforces its region's cold floor for them (of the default tier, and of
+// its "tok"), so I4 holds for the cold floors themselves at every event.
+var coldNames = []string{"z", "z/tok"}
+
 const (
 	regionPoolSize = 3
 	maxPodsRegion  = 4
@@ -1068,15 +1073,57 @@ func (w *world) oneFault() {
 	default: // the default tier changes: its budget, or its named budget
 		s := w.cloneLast()
 		if w.rng.IntN(3) == 0 {
+			if w.rng.IntN(2) == 0 {
+				// Its mode, home or floor: the regions' cold floors move
+				// between them (pinned to a new home, the old one's
+				// whole budget falls while the new one's rises).
+				if nb, what, ok := w.reshape(s.named, s.regions); ok {
+					s.named = nb
+					w.publish(s, "default tier's tok: "+what)
+				}
+				return
+			}
 			s.named.Rate = 100 + w.rng.Float64()*1000
 			s.named.Burst = 10 + w.rng.Int64N(100)
 			w.publish(s, fmt.Sprintf("default tier's tok %.1f/s burst %d", s.named.Rate, s.named.Burst))
+			return
+		}
+		if w.rng.IntN(2) == 0 {
+			if nb, what, ok := w.reshape(s.deflt, s.regions); ok {
+				s.deflt = nb
+				w.publish(s, "default tier: "+what)
+			}
 			return
 		}
 		s.deflt.Rate = 10 + w.rng.Float64()*100
 		s.deflt.Burst = 3 + w.rng.Int64N(20)
 		w.publish(s, fmt.Sprintf("default tier %.1f/s burst %d", s.deflt.Rate, s.deflt.Burst))
 	}
+}
+
+// reshape returns b with its mode, home or floor changed, valid for
+// regions (ok false: none of a few draws was).
+func (w *world) reshape(b shares.Budget, regions []string) (shares.Budget, string, bool) {
+	for range 10 {
+		nb := b
+		var what string
+		switch w.rng.IntN(3) {
+		case 0:
+			nb.Mode, nb.Home, nb.Weights = shares.ModePinned, regions[w.rng.IntN(len(regions))], nil
+			what = "pinned to " + nb.Home
+		case 1:
+			nb.Mode, nb.Home, nb.Weights = shares.ModeRebalanced, "", nil
+			what = "rebalanced"
+		default:
+			f := []float64{0, 0.05, 0.1, 0.3, 0.6}[w.rng.IntN(5)]
+			nb.Floor = &f
+			what = fmt.Sprintf("floor %.2f", f)
+		}
+		if nb.Validate(regions) == nil {
+			return nb, what, true
+		}
+	}
+	return b, "", false
 }
 
 func (w *world) cloneLast() snapshot {
@@ -1091,6 +1138,12 @@ func (w *world) cloneLast() snapshot {
 		b[k] = v
 	}
 	s.budgets = b
+	for _, d := range []*shares.Budget{&s.deflt, &s.named} {
+		if d.Floor != nil {
+			f := *d.Floor
+			d.Floor = &f
+		}
+	}
 	return s
 }
 
@@ -1121,16 +1174,11 @@ func (w *world) changeBudget() {
 		case 1:
 			nb.Burst = max(3, int64(float64(b.Burst)*(0.3+w.rng.Float64()*2.5)))
 			what = fmt.Sprintf("burst %d", nb.Burst)
-		case 2:
-			nb.Mode, nb.Home, nb.Weights = shares.ModePinned, s.regions[w.rng.IntN(len(s.regions))], nil
-			what = "pinned to " + nb.Home
-		case 3:
-			nb.Mode, nb.Home, nb.Weights = shares.ModeRebalanced, "", nil
-			what = "rebalanced"
 		default:
-			f := []float64{0, 0.05, 0.1, 0.3, 0.6}[w.rng.IntN(5)]
-			nb.Floor = &f
-			what = fmt.Sprintf("floor %.2f", f)
+			var ok bool
+			if nb, what, ok = w.reshape(b, s.regions); !ok {
+				continue
+			}
 		}
 		if nb.Validate(s.regions) == nil {
 			s.budgets[t] = nb
@@ -1159,6 +1207,11 @@ func (w *world) changeRegions() {
 		if b.Validate(next) != nil {
 			b.Mode, b.Home = shares.ModeRebalanced, ""
 			s.budgets[t] = b
+		}
+	}
+	for _, b := range []*shares.Budget{&s.deflt, &s.named} {
+		if b.Validate(next) != nil {
+			b.Mode, b.Home = shares.ModeRebalanced, ""
 		}
 	}
 	s.regions = next
@@ -1217,7 +1270,7 @@ func (w *world) check() {
 		return
 	}
 	now := w.clock()
-	for _, t := range tenantNames {
+	for _, t := range slices.Concat(tenantNames, coldNames) {
 		R, B := w.bound(t)
 		var sum float64
 		var sumB int64
