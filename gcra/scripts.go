@@ -67,3 +67,12 @@ var luaRestate string
 // returns the number of keys written. Time comes from Redis TIME. All keys
 // must share a Redis Cluster slot.
 func RestateScript() string { return luaLib + luaRestate }
+
+//go:embed gcra_check.lua
+var luaCheck string
+
+// CheckScript returns the Lua source of the check script: KEYS[1] the key,
+// ARGV T (µs) and B; it returns what SingleScript returns for a request of
+// cost 0 (allowed while the key is not past its limit) and writes nothing.
+// Time comes from Redis TIME. CheckMicros is its exact twin.
+func CheckScript() string { return luaLib + luaCheck }

@@ -51,6 +51,17 @@ type EnvoyOptions struct {
 	// QuotaMode puts every limit in quota mode (its QUOTA_MODE): over a
 	// limit answers OK.
 	QuotaMode bool
+	// ChargeOverLimit charges a descriptor's hits even when they do not
+	// fit (as debt past the burst: the key admits again once it is paid),
+	// as the original counts hits past its limit, and answers a
+	// descriptor whose hits_addend is 0 (a check) from its key:
+	// OVER_LIMIT while the key is past its limit. Check-then-charge usage
+	// limits (hits_addend 0 as the request starts, its real cost when the
+	// stream ends, as Envoy Gateway's cost-based limits send them) are
+	// then bounded. A caller that keeps sending past a limit keeps paying:
+	// it is admitted again only once it slows below the rate. Limits
+	// shared across regions (Global) are not affected.
+	ChargeOverLimit bool
 	// KeyPrefix starts every counter's key (its CACHE_KEY_PREFIX), so that
 	// several deployments can share one Redis.
 	KeyPrefix string
@@ -404,7 +415,7 @@ func (s *Service) envoyRateLimit(ctx context.Context, t *envoyTable, r *rlsv3.Ra
 			ds[i].lim = nil
 		}
 	}
-	if err := s.envoyDecide(ctx, ds); err != nil {
+	if err := s.envoyDecide(ctx, ds, t.opts.ChargeOverLimit); err != nil {
 		return nil, GRPCError(err)
 	}
 	return t.answer(ds), nil
@@ -414,9 +425,11 @@ func (s *Service) envoyRateLimit(ctx context.Context, t *envoyTable, r *rlsv3.Ra
 // count in one round trip, each on its own (not all or nothing), each
 // falling back by its on_failure when the store fails for it; those of a
 // global limit as requests of its tenant (Decide), which spend the
-// tenant's share of its global budget. It fails only when a global limit's
-// tenant cannot be decided yet (no policy).
-func (s *Service) envoyDecide(ctx context.Context, ds []envoyDescriptor) error {
+// tenant's share of its global budget. With over (ChargeOverLimit) the
+// others' hits that do not fit are charged anyway and checks read their
+// keys. It fails only when a global limit's tenant cannot be decided yet
+// (no policy).
+func (s *Service) envoyDecide(ctx context.Context, ds []envoyDescriptor, over bool) error {
 	var batch [][]gcra.Request
 	var reqs []gcra.Request // batch's requests, one backing array
 	var ownBuf [4]int
@@ -449,6 +462,8 @@ func (s *Service) envoyDecide(ctx context.Context, ds []envoyDescriptor) error {
 				return fmt.Errorf("global limit %s (tenant %s): %w", el.rl.Name, el.tenant, err)
 			}
 			d.dec, d.decided, d.global = dec, true, true
+		case d.cost == 0 && over && el.admits:
+			d.dec, d.decided = s.envoyCheck(ctx, d), true
 		case d.cost == 0:
 			// Check only. A denied request costs nothing here, so no key
 			// is ever beyond its limit: a check is always within it. Its
@@ -456,12 +471,15 @@ func (s *Service) envoyDecide(ctx context.Context, ds []envoyDescriptor) error {
 			d.dec, d.decided = Decision{Allowed: true, Limit: el.rl.Name, Remaining: -1}, true
 			if s.envoyCheckWarned.CompareAndSwap(false, true) {
 				s.log.Warn("an RLS descriptor with hits_addend 0 (check only) is always OK here, and a later charge that does not fit is not counted: "+
-					"check-then-charge usage limits are not enforced by envoy-ratelimit; use allot's policy with charges: for them", "limit", el.rl.Name)
+					"set ALLOT_CHARGE_OVER_LIMIT=true to bound check-then-charge usage limits (hits past a limit charged, checks read the key), or use allot's policy with charges: for them", "limit", el.rl.Name)
 			}
 		case !el.admits || d.cost > el.rl.Burst:
 			// Over the limit whatever the store holds: a limit of 0, or a
 			// cost above the burst (the original counts it over, too).
 			d.dec, d.decided = Decision{Limit: el.rl.Name, RetryAfter: el.rl.Rate.Period}, true
+			if over && el.admits {
+				s.envoyCharge(ctx, d)
+			}
 		default:
 			if reqs == nil {
 				reqs = make([]gcra.Request, 0, len(ds)-i)
@@ -490,6 +508,9 @@ func (s *Service) envoyDecide(ctx context.Context, ds []envoyDescriptor) error {
 			} else {
 				a := answers[k].Decision
 				d.dec = Decision{Allowed: a.Allowed, Remaining: a.Remaining, RetryAfter: a.RetryAfter, ResetAfter: a.ResetAfter, Limit: el.rl.Name}
+				if over && !a.Allowed {
+					s.envoyCharge(ctx, d)
+				}
 			}
 			d.decided = true
 		}
@@ -525,6 +546,50 @@ func (s *Service) envoyDecide(ctx context.Context, ds []envoyDescriptor) error {
 		}
 	}
 	return nil
+}
+
+// envoyCheck answers a check (hits_addend 0) of d's local limit from its
+// key (gcra.CheckMicros): over the limit while the key is past it. When the
+// store cannot say, a limit that fails closed denies and the others admit
+// (a check spends nothing), counted as fallback decisions.
+func (s *Service) envoyCheck(ctx context.Context, d *envoyDescriptor) Decision {
+	el := d.lim
+	reason := "unavailable"
+	if s.checker != nil {
+		sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+		res, err := s.checker.Check(sctx, d.key, el.lc.lim)
+		cancel()
+		if err == nil {
+			return Decision{Allowed: res.Allowed, Remaining: res.Remaining, RetryAfter: res.RetryAfter, ResetAfter: res.ResetAfter, Limit: el.rl.Name}
+		}
+		reason = failureReason(err)
+	}
+	if el.rl.FailClosed {
+		s.countFallback(el.rl.Name, reason, "closed")
+		return Decision{Limit: el.rl.Name, RetryAfter: time.Second, Fallback: true, Closed: true}
+	}
+	s.countFallback(el.rl.Name, reason, "open")
+	return Decision{Allowed: true, Limit: el.rl.Name, Remaining: -1, Fallback: true}
+}
+
+// envoyCharge charges d's hits, which did not fit, to its key anyway
+// (ChargeOverLimit): as debt past the burst (gcra.ChargeMicros). A charge
+// the store cannot take is counted (allot_charges_total{result="failed"})
+// and lost.
+func (s *Service) envoyCharge(ctx context.Context, d *envoyDescriptor) {
+	req := []gcra.Request{{Key: d.key, Limit: d.lim.lc.lim, Cost: d.cost}}
+	if s.charger == nil || gcra.ValidateCharges(req) != nil {
+		s.m.charges.WithLabelValues("failed").Inc()
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+	defer cancel()
+	if err := s.charger.Charge(sctx, req); err != nil {
+		s.m.charges.WithLabelValues("failed").Inc()
+		s.log.Debug("charge past the limit failed: the hits are not counted", "limit", d.lim.rl.Name, "err", err)
+		return
+	}
+	s.m.charges.WithLabelValues("charged").Inc()
 }
 
 // answer builds the RLS answer of decided descriptors.

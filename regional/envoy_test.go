@@ -636,3 +636,87 @@ func TestEnvoyLyingCallers(t *testing.T) {
 		t.Errorf("configured limit between overrides = %v, want %s", got, want)
 	}
 }
+
+// With ChargeOverLimit, check-then-charge is bounded: a check (hits_addend
+// 0) answers from the key, OK while it is within its limit (with what is
+// left), and hits that do not fit are charged anyway, as debt past the
+// burst, so the next check is over until the debt is paid. Without it a
+// check is always OK (TestEnvoySemantics).
+func TestEnvoyChargeOverLimit(t *testing.T) {
+	p := startEnvoyPod(t, envoyTestConfig, EnvoyOptions{ChargeOverLimit: true}, nil)
+	check := func() *ratelimitv3.RateLimitDescriptor {
+		d := desc("tokens=c")
+		d.HitsAddend = wrapperspb.UInt64(0)
+		return d
+	}
+	charge := func(n uint64) *ratelimitv3.RateLimitDescriptor {
+		d := desc("tokens=c")
+		d.HitsAddend = wrapperspb.UInt64(n)
+		return d
+	}
+	steps := []struct {
+		name string
+		d    *ratelimitv3.RateLimitDescriptor
+		want string
+	}{
+		{"a check of a fresh key", check(), "OK: OK/10"},
+		{"a check charges nothing", check(), "OK: OK/10"},
+		{"the stream's real cost, 6 of 10", charge(6), "OK: OK/4"},
+		{"a check after it", check(), "OK: OK/4"},
+		{"a cost of 9 that does not fit: charged anyway", charge(9), "OVER_LIMIT: OVER_LIMIT/0"},
+		{"a check, 5 units past the limit", check(), "OVER_LIMIT: OVER_LIMIT/0"},
+		{"one more hit: over, and charged", charge(1), "OVER_LIMIT: OVER_LIMIT/0"},
+		{"a cost above the burst: charged too", charge(25), "OVER_LIMIT: OVER_LIMIT/0"},
+	}
+	for _, s := range steps {
+		if got := p.ask(t, "edge", 1, s.d); got != s.want {
+			t.Fatalf("%s: %q, want %q", s.name, got, s.want)
+		}
+	}
+	// The debt: 6 + 9 + 1 + 25 = 41 units charged to a key of 10 a
+	// minute, 31 past its burst: the check waits about 3.1 minutes.
+	r, err := p.api.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{check()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wait := r.GetStatuses()[0].GetDurationUntilReset().AsDuration(); wait < 180*time.Second || wait > 186*time.Second {
+		t.Errorf("the check's reset after 41 units charged at 10 a minute: %v, want about 3m6s (31 units past the burst)", wait)
+	}
+	if got := testutil.ToFloat64(p.s.m.charges.WithLabelValues("charged")); got != 3 {
+		t.Errorf("allot_charges_total{result=charged} = %v, want 3 (the hits that did not fit)", got)
+	}
+}
+
+// With ChargeOverLimit, a check the store cannot answer admits (a check
+// spends nothing) unless its limit fails closed, and is counted as a
+// fallback decision either way.
+func TestEnvoyCheckStoreFailure(t *testing.T) {
+	for _, closed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fail_closed=%v", closed), func(t *testing.T) {
+			p := startEnvoyPod(t, envoyTestConfig, EnvoyOptions{ChargeOverLimit: true, FailClosed: closed}, func(c *Config) {
+				c.StoreTimeout = 20 * time.Millisecond
+			})
+			d := desc("tokens=f")
+			d.HitsAddend = wrapperspb.UInt64(0)
+			if got := p.ask(t, "edge", 1, d); got != "OK: OK/10" {
+				t.Fatalf("healthy check = %q", got)
+			}
+			p.rs.Pause(t)
+			defer p.rs.Resume(t)
+			want := "OK:"
+			if closed {
+				want = "OVER_LIMIT:"
+			}
+			if got := p.ask(t, "edge", 1, d); !strings.HasPrefix(got, want) {
+				t.Errorf("check while Redis is paused = %q, want %s", got, want)
+			}
+			var n float64
+			for _, reason := range []string{"timeout", "unavailable", "error"} {
+				n += testutil.ToFloat64(p.s.m.fallback.WithLabelValues("edge.tokens", "us-east", reason))
+			}
+			if n != 1 {
+				t.Errorf("fallback decisions for edge.tokens = %v, want 1 (the check)", n)
+			}
+		})
+	}
+}

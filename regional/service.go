@@ -43,6 +43,7 @@ type Service struct {
 	// restater restates keys under new limits (the region's store, when
 	// it can): keys decided under a cold floor, as their grant arrives.
 	restater gcra.Restater
+	checker  gcra.Checker    // and when it can check a key without charging it
 	local    *memstore.Store // the fallback limiter
 
 	// leases serves every leased limit, each with its policy's lease size
@@ -88,6 +89,7 @@ func New(cfg Config) (*Service, error) {
 	settler, _ := cfg.Store.(gcra.Settler)
 	charger, _ := cfg.Store.(gcra.Charger)
 	restater, _ := cfg.Store.(gcra.Restater)
+	checker, _ := cfg.Store.(gcra.Checker)
 	if bs, ok := cfg.Store.(gcra.BatchStore); ok && cfg.Coalesce {
 		ps, err := pipeline.New(bs, pipeline.DefaultConfig())
 		if err != nil {
@@ -114,6 +116,7 @@ func New(cfg Config) (*Service, error) {
 		settler:    settler,
 		charger:    charger,
 		restater:   restater,
+		checker:    checker,
 	}
 	s.breaker = gobreaker.NewCircuitBreaker[[]gcra.Answer](gobreaker.Settings{
 		Name:         "store-" + cfg.Region,

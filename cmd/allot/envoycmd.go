@@ -73,7 +73,10 @@ twice the limit through, and a denied request costs nothing.
 Settings that have no meaning here (statsd, local caches, per-second Redis)
 are accepted and logged once each. allot's own: ALLOT_STORE_TIMEOUT (50ms,
 one Redis call of a decision), ALLOT_ON_FAILURE (open: a local limiter
-while Redis is down; closed: deny), ALLOT_RUNTIME_POLL (1s).
+while Redis is down; closed: deny), ALLOT_RUNTIME_POLL (1s),
+ALLOT_CHARGE_OVER_LIMIT (false; true: hits past a limit are charged anyway,
+as the original counts them, and hits_addend 0 checks the key, which bounds
+check-then-charge limits such as Envoy Gateway's cost-based ones).
 
 To share a limit's budget across regions, join an allot cluster (ALLOT_ETCD,
 ALLOT_REGION, ALLOT_REPORT_TOKEN_FILE) and name the limit in ALLOT_GLOBAL_LIMITS,
@@ -152,7 +155,8 @@ func runEnvoy(ctx context.Context, s *streams, env func(string) (string, bool), 
 	cfg.Logger, cfg.Registerer = log, reg
 	opts := regional.EnvoyOptions{
 		ShadowMode: st.ShadowMode, QuotaMode: st.QuotaMode, FailClosed: st.FailClosed, KeyPrefix: st.CacheKeyPrefix,
-		Headers: st.LimitHeaders, LimitHeader: st.LimitHeader, RemainingHeader: st.RemainingHeader, ResetHeader: st.ResetHeader,
+		ChargeOverLimit: st.ChargeOverLimit,
+		Headers:         st.LimitHeaders, LimitHeader: st.LimitHeader, RemainingHeader: st.RemainingHeader, ResetHeader: st.ResetHeader,
 		Only: true,
 	}
 	if st.Etcd != "" {

@@ -86,6 +86,7 @@ var (
 	_ gcra.Settler    = (*Store)(nil)
 	_ gcra.Charger    = (*Store)(nil)
 	_ gcra.Restater   = (*Store)(nil)
+	_ gcra.Checker    = (*Store)(nil)
 )
 
 // New returns an empty Store. It copies cfg.
@@ -391,6 +392,26 @@ func (s *Store) Restate(ctx context.Context, reqs []gcra.Request) error {
 		}
 	}
 	return nil
+}
+
+// Check checks key against l at the clock's instant without charging it
+// (see gcra.CheckMicros); nothing changes.
+func (s *Store) Check(ctx context.Context, key string, l gcra.Limit) (gcra.Result, error) {
+	if err := ctx.Err(); err != nil {
+		return gcra.Result{}, err
+	}
+	if key == "" {
+		return gcra.Result{}, gcra.ErrKey
+	}
+	if err := l.Validate(); err != nil {
+		return gcra.Result{}, err
+	}
+	now := s.clock().UnixMicro()
+	sh := &s.shards[s.shardOf(key)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	st, _ := s.start(sh.get(key, now), l, now)
+	return gcra.CheckMicros(st, now, l), nil
 }
 
 // lockShards locks the shards of reqs' keys, each once, in index order, and

@@ -23,6 +23,7 @@ type Store struct {
 	charge  *redis.Script
 	reserve *redis.Script
 	restate *redis.Script
+	check   *redis.Script
 }
 
 var _ gcra.BatchStore = (*Store)(nil)
@@ -48,6 +49,7 @@ func New(c redis.UniversalClient) (*Store, error) {
 		charge:  redis.NewScript(gcra.ChargeScript()),
 		reserve: redis.NewScript(gcra.ReserveScript()),
 		restate: redis.NewScript(gcra.RestateScript()),
+		check:   redis.NewScript(gcra.CheckScript()),
 	}, nil
 }
 
@@ -369,4 +371,27 @@ func (s *Store) Restate(ctx context.Context, reqs []gcra.Request) error {
 		return classify("restate", err)
 	}
 	return nil
+}
+
+var _ gcra.Checker = (*Store)(nil)
+
+// Check checks key against l without charging it, in one script run (see
+// gcra.CheckMicros): nothing is written. An empty key or an invalid limit
+// is refused without calling Redis.
+func (s *Store) Check(ctx context.Context, key string, l gcra.Limit) (gcra.Result, error) {
+	if key == "" {
+		return gcra.Result{}, gcra.ErrKey
+	}
+	if err := l.Validate(); err != nil {
+		return gcra.Result{}, err
+	}
+	v, err := s.check.Run(ctx, s.c, []string{key}, l.T, l.Burst).Result()
+	if err != nil {
+		return gcra.Result{}, classify("check", err)
+	}
+	d, err := decode(v, 1)
+	if err != nil {
+		return gcra.Result{}, err
+	}
+	return d.Result, nil
 }

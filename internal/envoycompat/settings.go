@@ -95,6 +95,12 @@ type Settings struct {
 	// ALLOT_RUNTIME_POLL (1s): how often the runtime directory is checked
 	// for changes.
 	RuntimePoll time.Duration
+	// ALLOT_CHARGE_OVER_LIMIT (false): hits that do not fit a limit are
+	// charged anyway (as debt past the burst), as the original counts hits
+	// past its limit, and hits_addend 0 (a check) answers OVER_LIMIT while
+	// the key is past its limit: check-then-charge usage limits are then
+	// bounded (regional.EnvoyOptions.ChargeOverLimit).
+	ChargeOverLimit bool
 	// ALLOT_REPLICAS (1): how many replicas serve the same Redis. While
 	// Redis is unavailable and ALLOT_ON_FAILURE=open, each replica admits
 	// a limit's rate divided by it, so that together they admit the
@@ -153,7 +159,7 @@ var ignored = map[string]string{
 	"EXPIRATION_JITTER_MAX_SECONDS":           "GCRA keys expire when their limit is fully rested, not at window ends",
 	"LOCAL_CACHE_SIZE_IN_BYTES":               "no over-limit cache is needed: a denied request costs one Redis call and nothing else",
 	"NEAR_LIMIT_RATIO":                        "no near-limit statistics",
-	"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "always so here: a denied request is never counted",
+	"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "always so here: a denied request is never counted (unless ALLOT_CHARGE_OVER_LIMIT=true, which counts it as the original does without this setting)",
 	"REDIS_PIPELINE_WINDOW":                   "allot pipelines concurrent decisions itself, without a timer",
 	"REDIS_PIPELINE_LIMIT":                    "allot pipelines concurrent decisions itself",
 	"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION":    "Redis failures open a circuit breaker; /healthcheck stays up and limits fall back (ALLOT_ON_FAILURE)",
@@ -387,6 +393,8 @@ func FromEnv(env func(string) (string, bool)) (Settings, []Ignored, error) {
 		FailClosed:   r.choice("ALLOT_ON_FAILURE", "open", "open", "closed") == "closed",
 		RuntimePoll:  r.duration("ALLOT_RUNTIME_POLL", time.Second),
 		Replicas:     r.integer("ALLOT_REPLICAS", 1, 1),
+
+		ChargeOverLimit: r.boolean("ALLOT_CHARGE_OVER_LIMIT", false),
 
 		Etcd:            r.str("ALLOT_ETCD", ""),
 		Region:          r.str("ALLOT_REGION", "local"),

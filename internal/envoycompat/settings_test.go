@@ -100,6 +100,7 @@ func TestSettingsErrors(t *testing.T) {
 		{map[string]string{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "-1"}, "XDS_CLIENT_BACKOFF_RANDOM_FACTOR"},
 		{map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_RESET_HEADER": "X Reset"}, "LIMIT_RESET_HEADER"},
 		{map[string]string{"ALLOT_ON_FAILURE": "maybe"}, "ALLOT_ON_FAILURE"},
+		{map[string]string{"ALLOT_CHARGE_OVER_LIMIT": "sometimes"}, "ALLOT_CHARGE_OVER_LIMIT"},
 		{map[string]string{"ALLOT_STORE_TIMEOUT": "0s"}, "ALLOT_STORE_TIMEOUT"},
 		{map[string]string{"ALLOT_GLOBAL_LIMITS": "/etc/allot/global.yaml"}, "ALLOT_GLOBAL_LIMITS"},
 		{map[string]string{"ALLOT_REGION": ""}, "ALLOT_REGION"},
@@ -115,12 +116,12 @@ func TestSettingsCaseAndPairs(t *testing.T) {
 	s, _, err := FromEnv(envOf(map[string]string{
 		"REDIS_TYPE": "cluster", "REDIS_SOCKET_TYPE": "TCP", "REDIS_URL": "a:1,b:2", "LOG_FORMAT": "JSON",
 		"CONFIG_GRPC_XDS_NODE_METADATA": "zone=a, team=edge", "ALLOT_ON_FAILURE": "closed",
-		"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "x-token:abc,x-env:prod",
+		"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "x-token:abc,x-env:prod", "ALLOT_CHARGE_OVER_LIMIT": "true",
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.RedisType != "CLUSTER" || s.RedisSocketType != "tcp" || s.LogFormat != "json" || !s.FailClosed ||
+	if s.RedisType != "CLUSTER" || s.RedisSocketType != "tcp" || s.LogFormat != "json" || !s.FailClosed || !s.ChargeOverLimit ||
 		s.XDS.NodeMetadata["zone"] != "a" || s.XDS.NodeMetadata["team"] != "edge" ||
 		s.XDS.Headers["x-token"] != "abc" || s.XDS.Headers["x-env"] != "prod" {
 		t.Errorf("settings = %+v", s)
