@@ -25,7 +25,7 @@ import (
 // past that, keys are not remembered (they restate at their next decision,
 // as before). Entries leave when their grant arrives, or when they are
 // older than coldKeyTTL (the grant never came: the leader refused the
-// tenant, or the pod's reports fail).
+// tenant, or the pod's reports fail), within a third of it more.
 type coldKeys struct {
 	pending atomic.Int64 // len(m): the view's apply skips its look-up at 0
 	mu      sync.Mutex
@@ -102,6 +102,9 @@ func (c *coldKeys) granted(shard int, id string) bool {
 	}
 	delete(c.m, id)
 	c.pending.Store(int64(len(c.m)))
+	if len(c.due) >= maxColdBudgets {
+		return false // (the restater is behind: these restate at their next decision)
+	}
 	c.due = append(c.due, b)
 	return true
 }
@@ -136,7 +139,7 @@ func (s *Service) restateCold(ctx context.Context) error {
 	if s.restater == nil {
 		return nil
 	}
-	sweep := time.NewTicker(coldKeyTTL)
+	sweep := time.NewTicker(coldKeyTTL / 3)
 	defer sweep.Stop()
 	for {
 		select {
@@ -177,9 +180,7 @@ func (s *Service) restateBudget(ctx context.Context, b *coldBudget) {
 	if len(reqs) == 0 {
 		return
 	}
-	sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
-	defer cancel()
-	if err := s.restater.Restate(sctx, reqs); err != nil {
+	if err := s.guarded(ctx, func(ctx context.Context) error { return s.restater.Restate(ctx, reqs) }); err != nil {
 		s.m.restates.WithLabelValues("failed").Add(float64(len(reqs)))
 		s.log.Debug("restating keys decided under a cold floor failed: each restates at its next decision", "budget", b.id, "err", err)
 		return

@@ -286,7 +286,7 @@ func (s *Service) plan(p *plan, te *tenantEntry, d map[string]string, cost int64
 				rate, burst, _, cold = s.view.effectiveKey(now, te, id, lc)
 			}
 			p.addBudget(id)
-			if cold && !l.Shadow {
+			if cold && !l.Shadow && s.restater != nil {
 				// Restated under the budget's grant when it arrives.
 				s.view.cold.remember(now, id, te.shard, coldKey{key: key, te: te, lc: lc, keyShare: !l.FromBudget})
 			}
@@ -519,6 +519,19 @@ func (s *Service) execStore(ctx context.Context, c *storeCall, reqs []gcra.Reque
 		c.d, err = s.cfg.Store.Decide(cctx, reqs)
 		return nil, err
 	})
+	s.observeStore(start, err)
+	return err
+}
+
+// guarded runs fn, one store call other than a decision (a check, a
+// charge, a restate), as execStore runs decisions: through the breaker
+// (which then fails it at once while open), under the store timeout,
+// observed in the store metrics.
+func (s *Service) guarded(ctx context.Context, fn func(ctx context.Context) error) error {
+	start := time.Now()
+	cctx, cancel := context.WithDeadline(ctx, start.Add(s.cfg.StoreTimeout))
+	defer cancel()
+	_, err := s.breaker.Execute(func() ([]gcra.Answer, error) { return nil, fn(cctx) })
 	s.observeStore(start, err)
 	return err
 }

@@ -462,7 +462,7 @@ func (s *Service) envoyDecide(ctx context.Context, ds []envoyDescriptor, over bo
 				return fmt.Errorf("global limit %s (tenant %s): %w", el.rl.Name, el.tenant, err)
 			}
 			d.dec, d.decided, d.global = dec, true, true
-		case d.cost == 0 && over && el.admits:
+		case d.cost == 0 && over && el.admits && el.tenant == "":
 			d.dec, d.decided = s.envoyCheck(ctx, d), true
 		case d.cost == 0:
 			// Check only. A denied request costs nothing here, so no key
@@ -478,7 +478,7 @@ func (s *Service) envoyDecide(ctx context.Context, ds []envoyDescriptor, over bo
 			// cost above the burst (the original counts it over, too).
 			d.dec, d.decided = Decision{Limit: el.rl.Name, RetryAfter: el.rl.Rate.Period}, true
 			if over && el.admits {
-				s.envoyCharge(ctx, d)
+				s.envoyCharge(ctx, d, -1)
 			}
 		default:
 			if reqs == nil {
@@ -509,7 +509,7 @@ func (s *Service) envoyDecide(ctx context.Context, ds []envoyDescriptor, over bo
 				a := answers[k].Decision
 				d.dec = Decision{Allowed: a.Allowed, Remaining: a.Remaining, RetryAfter: a.RetryAfter, ResetAfter: a.ResetAfter, Limit: el.rl.Name}
 				if over && !a.Allowed {
-					s.envoyCharge(ctx, d)
+					s.envoyCharge(ctx, d, a.ResetAfter)
 				}
 			}
 			d.decided = true
@@ -556,9 +556,12 @@ func (s *Service) envoyCheck(ctx context.Context, d *envoyDescriptor) Decision {
 	el := d.lim
 	reason := "unavailable"
 	if s.checker != nil {
-		sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
-		res, err := s.checker.Check(sctx, d.key, el.lc.lim)
-		cancel()
+		var res gcra.Result
+		err := s.guarded(ctx, func(ctx context.Context) error {
+			var err error
+			res, err = s.checker.Check(ctx, d.key, el.lc.lim)
+			return err
+		})
 		if err == nil {
 			return Decision{Allowed: res.Allowed, Remaining: res.Remaining, RetryAfter: res.RetryAfter, ResetAfter: res.ResetAfter, Limit: el.rl.Name}
 		}
@@ -573,18 +576,44 @@ func (s *Service) envoyCheck(ctx context.Context, d *envoyDescriptor) Decision {
 }
 
 // envoyCharge charges d's hits, which did not fit, to its key anyway
-// (ChargeOverLimit): as debt past the burst (gcra.ChargeMicros). A charge
-// the store cannot take is counted (allot_charges_total{result="failed"})
-// and lost.
-func (s *Service) envoyCharge(ctx context.Context, d *envoyDescriptor) {
-	req := []gcra.Request{{Key: d.key, Limit: d.lim.lc.lim, Cost: d.cost}}
-	if s.charger == nil || gcra.ValidateCharges(req) != nil {
+// (ChargeOverLimit): as debt past the burst (gcra.ChargeMicros), but never
+// more than one window past the limit (the key's TAT at most two bursts'
+// time ahead), as the original forgets what a window counted past its
+// limit when the window ends: a caller that stops is within its limit
+// again after one window at most. owed is the key's wait until full as
+// its decision read it (-1: not read; it is checked first). A charge the
+// store cannot take is lost, counted in allot_charges_total{result}
+// (failed; capped: the key owes a window already).
+func (s *Service) envoyCharge(ctx context.Context, d *envoyDescriptor, owed time.Duration) {
+	lim := d.lim.lc.lim
+	if s.charger == nil {
 		s.m.charges.WithLabelValues("failed").Inc()
 		return
 	}
-	sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
-	defer cancel()
-	if err := s.charger.Charge(sctx, req); err != nil {
+	if owed < 0 {
+		if s.checker == nil {
+			s.m.charges.WithLabelValues("failed").Inc()
+			return
+		}
+		var res gcra.Result
+		if err := s.guarded(ctx, func(ctx context.Context) error {
+			var err error
+			res, err = s.checker.Check(ctx, d.key, lim)
+			return err
+		}); err != nil {
+			s.m.charges.WithLabelValues("failed").Inc()
+			return
+		}
+		owed = res.ResetAfter
+	}
+	room := (2*lim.Burst*lim.T - owed.Microseconds()) / lim.T
+	cost := min(d.cost, room)
+	if cost < 1 {
+		s.m.charges.WithLabelValues("capped").Inc()
+		return
+	}
+	req := []gcra.Request{{Key: d.key, Limit: lim, Cost: cost}}
+	if err := s.guarded(ctx, func(ctx context.Context) error { return s.charger.Charge(ctx, req) }); err != nil {
 		s.m.charges.WithLabelValues("failed").Inc()
 		s.log.Debug("charge past the limit failed: the hits are not counted", "limit", d.lim.rl.Name, "err", err)
 		return

@@ -640,8 +640,9 @@ func TestEnvoyLyingCallers(t *testing.T) {
 // With ChargeOverLimit, check-then-charge is bounded: a check (hits_addend
 // 0) answers from the key, OK while it is within its limit (with what is
 // left), and hits that do not fit are charged anyway, as debt past the
-// burst, so the next check is over until the debt is paid. Without it a
-// check is always OK (TestEnvoySemantics).
+// burst, so the next check is over until the debt is paid; but never more
+// than one window past the limit (as the original forgets at a window's
+// end). Without it a check is always OK (TestEnvoySemantics).
 func TestEnvoyChargeOverLimit(t *testing.T) {
 	p := startEnvoyPod(t, envoyTestConfig, EnvoyOptions{ChargeOverLimit: true}, nil)
 	check := func() *ratelimitv3.RateLimitDescriptor {
@@ -654,6 +655,8 @@ func TestEnvoyChargeOverLimit(t *testing.T) {
 		d.HitsAddend = wrapperspb.UInt64(n)
 		return d
 	}
+	// 10 a minute: a unit every 6 s; the debt's cap, a window past the
+	// limit, is 20 units owed (120 s until full).
 	steps := []struct {
 		name string
 		d    *ratelimitv3.RateLimitDescriptor
@@ -663,27 +666,30 @@ func TestEnvoyChargeOverLimit(t *testing.T) {
 		{"a check charges nothing", check(), "OK: OK/10"},
 		{"the stream's real cost, 6 of 10", charge(6), "OK: OK/4"},
 		{"a check after it", check(), "OK: OK/4"},
-		{"a cost of 9 that does not fit: charged anyway", charge(9), "OVER_LIMIT: OVER_LIMIT/0"},
+		{"a cost of 9 that does not fit: charged anyway (15 owed)", charge(9), "OVER_LIMIT: OVER_LIMIT/0"},
 		{"a check, 5 units past the limit", check(), "OVER_LIMIT: OVER_LIMIT/0"},
-		{"one more hit: over, and charged", charge(1), "OVER_LIMIT: OVER_LIMIT/0"},
-		{"a cost above the burst: charged too", charge(25), "OVER_LIMIT: OVER_LIMIT/0"},
+		{"one more hit: over, and charged (16 owed)", charge(1), "OVER_LIMIT: OVER_LIMIT/0"},
+		{"a cost above the burst: charged up to the cap (20 owed)", charge(25), "OVER_LIMIT: OVER_LIMIT/0"},
+		{"past the cap: not charged", charge(3), "OVER_LIMIT: OVER_LIMIT/0"},
 	}
 	for _, s := range steps {
 		if got := p.ask(t, "edge", 1, s.d); got != s.want {
 			t.Fatalf("%s: %q, want %q", s.name, got, s.want)
 		}
 	}
-	// The debt: 6 + 9 + 1 + 25 = 41 units charged to a key of 10 a
-	// minute, 31 past its burst: the check waits about 3.1 minutes.
+	// 20 units owed: the check waits one window (60 s) to be within the
+	// limit again, however much more was sent.
 	r, err := p.api.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{check()}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if wait := r.GetStatuses()[0].GetDurationUntilReset().AsDuration(); wait < 180*time.Second || wait > 186*time.Second {
-		t.Errorf("the check's reset after 41 units charged at 10 a minute: %v, want about 3m6s (31 units past the burst)", wait)
+	if wait := r.GetStatuses()[0].GetDurationUntilReset().AsDuration(); wait < 55*time.Second || wait > 60*time.Second {
+		t.Errorf("the check's wait with the debt at its cap: %v, want just under a minute (one window past the limit)", wait)
 	}
-	if got := testutil.ToFloat64(p.s.m.charges.WithLabelValues("charged")); got != 3 {
-		t.Errorf("allot_charges_total{result=charged} = %v, want 3 (the hits that did not fit)", got)
+	for result, want := range map[string]float64{"charged": 3, "capped": 1} {
+		if got := testutil.ToFloat64(p.s.m.charges.WithLabelValues(result)); got != want {
+			t.Errorf("allot_charges_total{result=%s} = %v, want %v", result, got, want)
+		}
 	}
 }
 
@@ -711,7 +717,7 @@ func TestEnvoyCheckStoreFailure(t *testing.T) {
 				t.Errorf("check while Redis is paused = %q, want %s", got, want)
 			}
 			var n float64
-			for _, reason := range []string{"timeout", "unavailable", "error"} {
+			for _, reason := range []string{"timeout", "breaker_open", "unavailable", "error"} {
 				n += testutil.ToFloat64(p.s.m.fallback.WithLabelValues("edge.tokens", "us-east", reason))
 			}
 			if n != 1 {

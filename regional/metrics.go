@@ -136,7 +136,7 @@ func newMetrics(reg prometheus.Registerer, region string, s *Service) (*metrics,
 			Name: "allot_cold_restates_total", Help: "Keys decided under a budget's cold floor (a tenant the pod held no grant of) restated under its grant as it arrived, so that they refill at the grant's rate at once, by result (restated; failed: the store failed, and the key restates at its next decision).", ConstLabels: cl,
 		}, []string{"result"}),
 		charges: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "allot_charges_total", Help: "Charges of costs already spent (the policy's charges entry, e.g. Envoy's apply_on_stream_done), by result (charged; none: no limit to charge; failed: the store failed and the cost went uncharged).", ConstLabels: cl,
+			Name: "allot_charges_total", Help: "Charges of costs already spent (the policy's charges entry, e.g. Envoy's apply_on_stream_done), by result (charged; none: no limit to charge; failed: the store failed and the cost went uncharged; capped: with envoy-ratelimit's ALLOT_CHARGE_OVER_LIMIT, hits past a limit whose key owes a window already, not charged).", ConstLabels: cl,
 		}, []string{"result"}),
 		earlyReports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "allot_early_reports_total", Help: "Reports sent out of period, by reason (step: a tenant's offered rate stepped; ack: a shrink was applied, which a grow elsewhere may wait for).", ConstLabels: cl,

@@ -79,14 +79,45 @@ const (
 	resendMax   = 500 * time.Millisecond
 )
 
-// stepGapOf is the least gap before the early report of tr's steps: ackGap
-// when a step is a tenant's first sight (the pod enforces its cold floor
-// until the answer: it asks for its grant at once), else stepGap.
-func stepGapOf(tr *shares.Tracker) time.Duration {
-	if tr.FirstSights() > 0 {
-		return ackGap
+// firstSights spaces the early reports that carry a tenant's first sight:
+// ackGap after the last early report, at most firstPerSec a second (a
+// bucket of firstBurst), so that a caller inventing new keys (a per-user
+// limit's values) cannot make a pod report every ackGap; past that, a first
+// sight waits stepGap as any step.
+type firstSights struct {
+	tokens float64
+	at     time.Time
+}
+
+const (
+	firstPerSec = 10
+	firstBurst  = 5
+)
+
+// gap returns the least gap before the early report of tr's steps at now:
+// ackGap for a first sight (the pod enforces its cold floor until the
+// answer: it asks for its grant at once) while the budget lasts, else
+// stepGap.
+func (f *firstSights) gap(tr *shares.Tracker, now time.Time) time.Duration {
+	if tr.FirstSights() == 0 || f.left(now) < 1 {
+		return stepGap
 	}
-	return stepGap
+	return ackGap
+}
+
+// sent spends the budget of one early report, sent at now, that carries a
+// first sight.
+func (f *firstSights) sent(now time.Time) { f.tokens = max(0, f.left(now)-1) }
+
+// left refills the budget to now and returns it.
+func (f *firstSights) left(now time.Time) float64 {
+	if f.at.IsZero() {
+		f.tokens = firstBurst
+	} else {
+		f.tokens = min(firstBurst, f.tokens+now.Sub(f.at).Seconds()*firstPerSec)
+	}
+	f.at = now
+	return f.tokens
 }
 
 // earlyGate spaces the reports sent out of period.
@@ -138,6 +169,7 @@ func (r *reporter) run(ctx context.Context) error {
 	defer wg.Wait()
 	defer stopWatch()
 	var gate earlyGate
+	var firsts firstSights
 	fails := 0
 	want := func(gap time.Duration) {
 		now := cfg.Now()
@@ -171,16 +203,19 @@ func (r *reporter) run(ctx context.Context) error {
 			full()
 		case <-check:
 			if r.feed(tr, false) {
-				want(stepGapOf(tr))
+				want(firsts.gap(tr, cfg.Now()))
 			}
 		case <-r.counts.fresh:
 			if r.feed(tr, false) {
-				want(stepGapOf(tr))
+				want(firsts.gap(tr, cfg.Now()))
 			}
 		case <-r.shrunk:
 			want(ackGap)
 		case <-early.C:
 			gate.last, gate.due = cfg.Now(), time.Time{}
+			if tr.FirstSights() > 0 {
+				firsts.sent(gate.last)
+			}
 			if !r.report(ctx, r.take(tr, false)) {
 				resend.Reset(min(resendAfter<<min(fails, 10), resendMax, cfg.ReportInterval))
 				fails++

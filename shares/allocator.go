@@ -324,15 +324,18 @@ func (a *Allocator) SetLegacyOpen(region string, open bool) {
 // region's ceiling of every tenant until the tenant's first grant there is
 // acknowledged. A lowered cold floor is counted at its older value until
 // every lease granted while that value was current has surely ended.
-func (a *Allocator) SetCold(region string, c Ceiling) { a.SetColdOf(region, "", c) }
+func (a *Allocator) SetCold(region string, c Ceiling) []Change { return a.SetColdOf(region, "", c) }
 
 // SetColdOf is SetCold for the named budgets of that name (BudgetID): what
 // pods of region may enforce for a named budget they hold no grant of.
-// name "" is SetCold.
-func (a *Allocator) SetColdOf(region, name string, c Ceiling) {
+// name "" is SetCold. A cold floor that rises first gives every tenant of
+// the class without a grant in the region a zero first grant there (see
+// zeroFirstGrants): it returns those changes, which must reach the
+// region's pods before the raised cold floor does (Leader records them).
+func (a *Allocator) SetColdOf(region, name string, c Ceiling) []Change {
 	i, ok := a.regIdx[region]
 	if !ok {
-		return
+		return nil
 	}
 	cl := 0
 	if name != "" {
@@ -342,7 +345,62 @@ func (a *Allocator) SetColdOf(region, name string, c Ceiling) {
 	for len(reg.cold) <= cl {
 		reg.cold = append(reg.cold, coldFloor{})
 	}
-	reg.cold[cl].set(c, reg.leaseExpiry)
+	f := &reg.cold[cl]
+	var out []Change
+	if c.Rate > f.curR || c.Burst > f.curB {
+		out = a.zeroFirstGrants(i, int32(cl))
+	}
+	f.set(c, reg.leaseExpiry)
+	return out
+}
+
+// zeroFirstGrants gives every tenant of class cl that holds no grant in
+// region i a zero first grant there, and returns the changes. A region's
+// cold floor about to rise needs them first: the tenants' grants elsewhere
+// were made counting the lower cold floor here, and a pod that holds a
+// tenant's grant, even a zero one, does not enforce the cold floor for it.
+// Every answer that carries the raised cold floor to a pod carries these
+// grants too (they are older), and the allocator counts the region at its
+// cold floor until it acknowledges them, as any first grant.
+func (a *Allocator) zeroFirstGrants(i int, cl int32) []Change {
+	var out []Change
+	reg := &a.regs[i]
+	cf := &noCold
+	if int(cl) < len(reg.cold) {
+		cf = &reg.cold[cl]
+	}
+	for k := range a.tenants {
+		t := &a.tenants[k]
+		if t.name == "" || t.class != cl {
+			continue
+		}
+		sl := &a.slots[k*a.n+i]
+		if sl.epoch != 0 || !a.grantedElsewhere(k, i) {
+			continue // (a tenant no other region holds grants of sees only cold floors)
+		}
+		reg.epoch++
+		sl.first, sl.dropped = reg.epoch, 0
+		sl.rate, sl.burst, sl.epoch, sl.tgt, sl.tgtB = 0, 0, reg.epoch, 0, 0
+		out = append(out, Change{
+			Tenant: t.name, Region: a.cfg.Regions[i],
+			Grant:    Grant{Epoch: reg.epoch},
+			Ceiling:  Ceiling{Rate: cf.r, Burst: cf.b},
+			MinEpoch: reg.minEpoch,
+		})
+	}
+	return out
+}
+
+// grantedElsewhere reports whether a region other than i may enforce a
+// grant of tenant k (current, older and not yet retired, or an older
+// term's).
+func (a *Allocator) grantedElsewhere(k, i int) bool {
+	for j, sl := range a.slots[k*a.n : (k+1)*a.n] {
+		if j != i && (sl.epoch != 0 || sl.nheld > 0 || sl.legR > 0 || sl.legB > 0) {
+			return true
+		}
+	}
+	return false
 }
 
 // Allocator is the leader's state: demand estimates, grants with epochs,

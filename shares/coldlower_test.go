@@ -105,3 +105,55 @@ func TestRenewingAnswerLowersColdFloor(t *testing.T) {
 		})
 	}
 }
+
+// A cold floor that rises with no other falling reaches no pod before the
+// tenants granted elsewhere hold a grant in the region: their grants
+// elsewhere were made counting the lower cold floor here. Three regions,
+// two pods each, a default tier without floors (no cold floor anywhere);
+// a new tenant steps in a and takes all of its budget (b and c get zero
+// first grants only at the periodic pass); then the default tier's floor
+// becomes 10%, every region's cold floor rising from 0 to 3.3/s. b's and
+// c's pods take the raised cold floor with their next answer, and with it
+// a zero grant of the tenant: Σ enforced stays within R (without the zero
+// grants, b and c enforced 3.3/s each beside a's 100/s).
+func TestRaisedColdFloorSparesGrantedTenants(t *testing.T) {
+	r := newRig(t, 1, []string{"a", "b", "c"}, map[string]shares.Budget{}, "a/1", "a/2", "b/1", "b/2", "c/1", "c/2")
+	none := 0.0
+	deflt := &shares.Budget{Rate: 100, Burst: 20, Floor: &none}
+	r.l.SetDefault(deflt)
+	r.deflt = deflt
+	r.learn("x", map[string]float64{"a": 5, "b": 5, "c": 5})
+	r.converge("x", map[string]float64{"a": 5, "b": 5, "c": 5}, 2, 100)
+	r.step(100 * time.Millisecond)
+	r.early("a/1", "n", 150, true)
+	r.report("a/2", "x", 5, true)
+	if g := r.grant("a/1", "n"); g.Rate < 99 {
+		t.Fatalf("a/1 holds %.1f/s of the new tenant after its step, want all of the 100/s (the test needs a's grant)", g.Rate)
+	}
+	for _, id := range []string{"b/1", "c/1"} {
+		r.report(id, "x", 5, true)
+		if _, ok := r.pods[id].Grant("n"); ok {
+			t.Fatalf("%s holds a grant of the new tenant before the switch: the test needs it on its cold floor", id)
+		}
+	}
+	r.safe("n", 100, "after the step")
+	floor := 0.1
+	raised := &shares.Budget{Rate: 100, Burst: 20, Floor: &floor}
+	r.l.SetDefault(raised)
+	r.deflt = raised
+	for _, id := range r.ids() {
+		r.report(id, "x", 5, true)
+		r.safe("n", 100, id+" applied the answer after the switch")
+	}
+	if rate, _, _ := r.pods["b/1"].Effective(r.now, "m", r.own("b/1")("m")); rate < 3 {
+		t.Fatalf("b/1 enforces %.1f/s for a tenant it never saw, want the raised cold floor 3.3/s (else the test tests nothing)", rate)
+	}
+	for range 4 {
+		r.step(time.Second)
+		for _, id := range r.ids() {
+			r.report(id, "x", 5, true)
+		}
+		r.rebalance()
+		r.safe("n", 100, "converging after the switch")
+	}
+}

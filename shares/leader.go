@@ -500,8 +500,14 @@ func (l *Leader) setCold(name string, b *Budget) {
 	for i := range l.regs {
 		cur := l.coldCarried(name, i)
 		l.carryCold(name, i, Ceiling{Rate: min(cur.Rate, want[i].Rate), Burst: min(cur.Burst, want[i].Burst)})
-		if exp := l.alloc.regs[i].leaseExpiry; exp.After(w.at) {
-			w.at = exp
+	}
+	if lowered {
+		// (Only a lowering moves the wait: a policy rewritten more often
+		// than a lease must not hold a raise back for ever.)
+		for i := range l.regs {
+			if exp := l.alloc.regs[i].leaseExpiry; exp.After(w.at) {
+				w.at = exp
+			}
 		}
 	}
 }
@@ -537,7 +543,7 @@ func (l *Leader) coldCarried(name string, i int) Ceiling {
 func (l *Leader) carryCold(name string, i int, c Ceiling) {
 	if name == "" {
 		l.regs[i].cold = c
-		l.alloc.SetCold(l.regs[i].name, c)
+		l.record(l.alloc.SetCold(l.regs[i].name, c))
 		return
 	}
 	if l.namedCold == nil {
@@ -552,7 +558,7 @@ func (l *Leader) carryCold(name string, i int, c Ceiling) {
 		delete(m, name)
 	}
 	l.namedCold[i] = m
-	l.alloc.SetColdOf(l.regs[i].name, name, c)
+	l.record(l.alloc.SetColdOf(l.regs[i].name, name, c))
 }
 
 func (l *Leader) setClassDefault(cl int32, b *Budget) {

@@ -75,7 +75,8 @@ are accepted and logged once each. allot's own: ALLOT_STORE_TIMEOUT (50ms,
 one Redis call of a decision), ALLOT_ON_FAILURE (open: a local limiter
 while Redis is down; closed: deny), ALLOT_RUNTIME_POLL (1s),
 ALLOT_CHARGE_OVER_LIMIT (false; true: hits past a limit are charged anyway,
-as the original counts them, and hits_addend 0 checks the key, which bounds
+up to a window past it, as the original counts them, and hits_addend 0
+checks the key, which bounds
 check-then-charge limits such as Envoy Gateway's cost-based ones).
 
 To share a limit's budget across regions, join an allot cluster (ALLOT_ETCD,

@@ -295,6 +295,11 @@ type podState struct {
 	seq       uint64 // reports sent
 	fails     int    // reports in a row that failed
 	resendDue bool   // a kResend is scheduled
+	// fsTokens, fsAt: the budget of early reports carrying a first sight
+	// within ackGap (regional's: firstPerSec a second, firstBurst at once),
+	// as of fsAt (-1: full).
+	fsTokens float64
+	fsAt     int64
 }
 
 // regionState is one region: its one GCRA key (the region's Redis), which
@@ -470,7 +475,7 @@ func newWorld(spec *Spec, mode shares.Mode, seed uint64) (*world, error) {
 			rs.pods = append(rs.pods, len(w.pods))
 			w.pods = append(w.pods, &podState{
 				id: fmt.Sprintf("%s-%d", name, k), region: i,
-				st: shares.NewPod(name, spec.Drift), lastExtra: -1, tracker: tracker,
+				st: shares.NewPod(name, spec.Drift), lastExtra: -1, fsAt: -1, tracker: tracker,
 			})
 		}
 		w.regions = append(w.regions, rs)
@@ -923,6 +928,9 @@ func (w *world) sendReport(k int, t int64, extra bool) {
 	var interval time.Duration
 	if extra {
 		ps.lastExtra = t
+		if ps.tracker.FirstSights() > 0 {
+			ps.fsTokens = max(0, ps.firstsLeft(t)-1)
+		}
 		usage, interval = ps.tracker.TakeSteps(w.at(t))
 		interval = max(interval, time.Millisecond)
 	} else {
@@ -978,11 +986,25 @@ func (w *world) resend(k int, t int64) {
 
 // Least times between two reports of a pod out of its period: to say a
 // step (stepGap), and to acknowledge a shrink or say a tenant's first
-// sight (ackGap).
+// sight (ackGap; first sights at most firstPerSec a second, firstBurst at
+// once, as regional's pods).
 const (
-	stepGap = 100 * time.Millisecond
-	ackGap  = 20 * time.Millisecond
+	stepGap     = 100 * time.Millisecond
+	ackGap      = 20 * time.Millisecond
+	firstPerSec = 10
+	firstBurst  = 5
 )
+
+// firstsLeft refills pod ps's first-sight budget to t and returns it.
+func (ps *podState) firstsLeft(t int64) float64 {
+	if ps.fsAt < 0 {
+		ps.fsTokens = firstBurst
+	} else {
+		ps.fsTokens = min(firstBurst, ps.fsTokens+float64(t-ps.fsAt)/1e6*firstPerSec)
+	}
+	ps.fsAt = t
+	return ps.fsTokens
+}
 
 // extraReport has pod k report at t, out of its period, because a tenant's
 // rate stepped or (ack) it applied a shrink a grow elsewhere may wait for:
@@ -993,9 +1015,9 @@ func (w *world) extraReport(k int, t int64, ack bool) {
 		return
 	}
 	gap := stepGap
-	if ack || ps.tracker.FirstSights() > 0 {
+	if ack || ps.tracker.FirstSights() > 0 && ps.firstsLeft(t) >= 1 {
 		// (A first sight asks for the tenant's grant: the pod enforces
-		// its cold floor until the answer.)
+		// its cold floor until the answer; ten such a second at most.)
 		gap = ackGap
 	}
 	at := t
