@@ -21,8 +21,8 @@ func TestUnderBudgetNoiseKeepsGrants(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	noisy := func() map[string]float64 {
 		d := map[string]float64{}
-		for r, m := range mean {
-			d[r] = float64(poisson(rng, m*cfg.Interval.Seconds())) / cfg.Interval.Seconds()
+		for _, r := range regions { // (in order: the same draws every run)
+			d[r] = float64(poisson(rng, mean[r]*cfg.Interval.Seconds())) / cfg.Interval.Seconds()
 		}
 		return d
 	}
