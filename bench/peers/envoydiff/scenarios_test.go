@@ -316,6 +316,30 @@ descriptors:
 			),
 		},
 		{
+			// Envoy Gateway's cost-based limits: a check as the request
+			// starts, its real cost when the stream ends. With
+			// ALLOT_CHARGE_OVER_LIMIT (the original ignores it) allot
+			// charges hits past the limit, as the original counts them,
+			// and answers checks from the key: within the first window
+			// both answer every step alike.
+			name: "check then charge (ALLOT_CHARGE_OVER_LIMIT=true)",
+			config: `domain: edge
+descriptors:
+  - key: tokens
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`,
+			env: []string{"ALLOT_CHARGE_OVER_LIMIT=true"},
+			steps: seq(
+				same(req("edge", 0, desc("tokens=t", hits(0)))),
+				same(req("edge", 0, desc("tokens=t", hits(6)))),
+				same(req("edge", 0, desc("tokens=t", hits(0)))),
+				same(req("edge", 0, desc("tokens=t", hits(9)))), // over, and counted
+				same(req("edge", 0, desc("tokens=t", hits(0)))), // past the limit: over
+				same(req("edge", 0, desc("tokens=t", hits(1)))),
+				same(req("edge", 0, desc("tokens=t", hits(0)))),
+			),
+		},
+		{
 			name:   "override of a configured descriptor",
 			config: bare,
 			steps: seq(
