@@ -222,7 +222,7 @@ func runEnvoy(ctx context.Context, s *streams, env func(string) (string, bool), 
 	if listening != nil {
 		listening(ls)
 	}
-	gopts = append(gopts, grpc.ChainUnaryInterceptor(recoverUnary(log)))
+	gopts = append(gopts, grpc.ChainUnaryInterceptor(recoverUnary(log)), streamWorkers())
 	gs := grpc.NewServer(gopts...)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)

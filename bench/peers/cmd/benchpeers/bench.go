@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -281,7 +282,7 @@ func (h *harness) runRounds(ctx context.Context) ([]result, error) {
 				return nil, ctx.Err()
 			}
 			k := cases[(off+i)%len(cases)]
-			res, err := h.runCase(ctx, k.p, k.conc, est)
+			res, err := h.runCase(ctx, k.p, k.conc, r+1, est)
 			if err != nil {
 				return nil, fmt.Errorf("%s conc=%d: %w", k.p.Name, k.conc, err)
 			}
@@ -305,7 +306,7 @@ func (h *harness) runRounds(ctx context.Context) ([]result, error) {
 // runCase flushes Redis and resets its command statistics, runs one case,
 // and reads Redis's statistics as the measured window opens and closes, so
 // they cover the same decisions as the throughput.
-func (h *harness) runCase(ctx context.Context, p peer, conc int, est map[[2]int]float64) (result, error) {
+func (h *harness) runCase(ctx context.Context, p peer, conc, round int, est map[[2]int]float64) (result, error) {
 	if err := h.rdb.FlushAll(ctx).Err(); err != nil {
 		return result{}, fmt.Errorf("FLUSHALL: %w", err)
 	}
@@ -318,7 +319,16 @@ func (h *harness) runCase(ctx context.Context, p peer, conc int, est map[[2]int]
 		stErr    [2]error
 		srv, cli [2]time.Duration
 	)
+	var prof sync.WaitGroup
+	var profErr error
 	mark := func(i int) {
+		if i == 0 && p.pprof != "" && h.cfg.profile != "" {
+			prof.Add(1)
+			go func() {
+				defer prof.Done()
+				profErr = h.fetchProfile(ctx, p, conc, round)
+			}()
+		}
 		st[i], stErr[i] = readRedisStats(ctx, h.rdb)
 		cli[i] = selfCPU()
 		if p.pid != 0 {
@@ -361,6 +371,10 @@ func (h *harness) runCase(ctx context.Context, p peer, conc int, est map[[2]int]
 			res.FirstErr = s.firstErr.Error()
 		}
 		res.P50, res.P99 = percentile(s.lat, 0.50), percentile(s.lat, 0.99)
+	}
+	prof.Wait()
+	if profErr != nil {
+		return res, profErr
 	}
 	if ctx.Err() != nil {
 		return res, ctx.Err()
@@ -485,4 +499,37 @@ func fmtDur(d time.Duration) string {
 	default:
 		return fmt.Sprintf("%dµs", d.Microseconds())
 	}
+}
+
+// fetchProfile writes a CPU profile of p's process over the measured window
+// (--duration, in whole seconds as pprof takes them, at least one) to
+// --profile/PEER-cCONC-rROUND.pprof.
+func (h *harness) fetchProfile(ctx context.Context, p peer, conc, round int) error {
+	secs := max(1, int(h.cfg.duration.Round(time.Second)/time.Second))
+	url := fmt.Sprintf("%sprofile?seconds=%d", p.pprof, secs)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("CPU profile: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("CPU profile: GET %s: %s", url, resp.Status)
+	}
+	if err := os.MkdirAll(h.cfg.profile, 0o755); err != nil {
+		return err
+	}
+	name := filepath.Join(h.cfg.profile, fmt.Sprintf("%s-c%d-r%d.pprof", p.Name, conc, round))
+	f, err := os.Create(name)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("CPU profile %s: %w", name, err)
+	}
+	return f.Close()
 }

@@ -65,6 +65,9 @@ type config struct {
 	// keep leaves the work directory (logs, binaries, configs) in place.
 	keep  bool
 	quick bool
+	// profile, when set, receives a CPU profile of allot regional over
+	// the measured window of each of its cases.
+	profile string
 	// args is the command line as given, for the report.
 	args []string
 }
@@ -169,6 +172,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.envoyBin, "envoy-bin", "", "Envoy ratelimit service binary (default: cached, else go install "+envoyModule+"/src/service_cmd@"+envoyVersion+" into the user cache directory)")
 	fs.StringVar(&c.allotRev, "allot-rev", "", "build allot from this git revision (git archive) instead of the work tree; the allot packages linked into the harness (client, proto, gcra) must be the same there as in the work tree")
 	fs.BoolVar(&c.keep, "keep", false, "keep the work directory (logs, binaries, configs)")
+	fs.StringVar(&c.profile, "profile", "", "directory for a CPU profile of allot regional over each of its cases' measured window (PEER-cCONC-rROUND.pprof; go tool pprof reads them); empty: none")
 	fs.BoolVar(&c.quick, "quick", false, "a short run (about 2 min): 1 round, 0.5s warm-up, 1.5s per case")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

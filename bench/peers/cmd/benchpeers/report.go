@@ -32,6 +32,8 @@ type peer struct {
 	// metrics is the Prometheus endpoint of an allot peer's process, for
 	// allot_fallback_decisions_total.
 	metrics string
+	// pprof is the base URL of the process's /debug/pprof/ (empty: none).
+	pprof string
 }
 
 // result is one case (peer × concurrency) of one round.

@@ -79,11 +79,11 @@ func (h *harness) setupAllot(ctx context.Context) error {
 		return err
 	}
 	version := h.allotVersion
-	addrs, err := freeAddrs(6)
+	addrs, err := freeAddrs(7)
 	if err != nil {
 		return err
 	}
-	etcdClient, etcdPeer, coordGRPC, coordHTTP, grpcAddr, httpAddr := addrs[0], addrs[1], addrs[2], addrs[3], addrs[4], addrs[5]
+	etcdClient, etcdPeer, coordGRPC, coordHTTP, grpcAddr, httpAddr, opsAddr := addrs[0], addrs[1], addrs[2], addrs[3], addrs[4], addrs[5], addrs[6]
 	etcdURL := "http://" + etcdClient
 	p, err := startProc("etcd", h.logs, nil, h.self, "serve-etcd", "--dir", filepath.Join(h.work, "etcd"),
 		"--client-url", etcdURL, "--peer-url", "http://"+etcdPeer)
@@ -123,9 +123,15 @@ func (h *harness) setupAllot(ctx context.Context) error {
 	// --store-timeout 1s: every decision waits for Redis, as every peer
 	// does, instead of falling back past allot's default of 5ms when the
 	// shared CPUs queue it. Fallback decisions are counted per case anyway.
-	regional, err := startProc("allot-regional", h.logs, nil, bin, "regional", "--region", "bench", "--pod", "bench-0",
+	args := []string{"regional", "--region", "bench", "--pod", "bench-0",
 		"--redis", h.redisAddr, "--etcd", etcdURL, "--grpc-listen", grpcAddr, "--http-listen", httpAddr,
-		"--store-timeout", "1s", "--log-level", "warn")
+		"--store-timeout", "1s", "--log-level", "warn"}
+	pprofURL := ""
+	if h.cfg.profile != "" {
+		args = append(args, "--ops-listen", opsAddr, "--pprof")
+		pprofURL = "http://" + opsAddr + "/debug/pprof/"
+	}
+	regional, err := startProc("allot-regional", h.logs, nil, bin, args...)
 	if err != nil {
 		return err
 	}
@@ -157,7 +163,7 @@ func (h *harness) setupAllot(ctx context.Context) error {
 				what += fmt.Sprintf("; lease: %d, one Redis call per %d units, the rest from the pod's memory", allotLease, allotLease)
 			}
 			p := peer{Name: "allot-" + tr + "-" + mode, Group: groupAllot, What: what, Transport: tr, Mode: mode,
-				pid: regional.cmd.Process.Pid, metrics: h.allotHTTP + "/metrics"}
+				pid: regional.cmd.Process.Pid, metrics: h.allotHTTP + "/metrics", pprof: pprofURL}
 			if err := h.addAllot(ctx, p, single(call)); err != nil {
 				return err
 			}
