@@ -73,7 +73,7 @@ func BenchmarkRLSDescriptors(b *testing.B) {
 				wait.Until(b, 10*time.Second, func() error {
 					for _, r := range reqs {
 						if a, err := rls.ShouldRateLimit(ctx, r); err != nil || a.GetOverallCode() != rlsv3.RateLimitResponse_OK {
-							return fmt.Errorf("ShouldRateLimit = %v, %v", a, err)
+							return fmt.Errorf("ShouldRateLimit = %v, %w", a, err)
 						}
 					}
 					return nil
