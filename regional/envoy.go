@@ -630,11 +630,6 @@ func (t *envoyTable) answer(ds []envoyDescriptor) *rlsv3.RateLimitResponse {
 	// One allocation for the statuses and one for their durations.
 	sts := make([]rlsv3.RateLimitResponse_DescriptorStatus, len(ds))
 	durs := make([]durationpb.Duration, len(ds))
-	dur := func(i int, d time.Duration) *durationpb.Duration {
-		p := &durs[i]
-		p.Seconds, p.Nanos = int64(d/time.Second), int32(d%time.Second)
-		return p
-	}
 	closest := -1 // the descriptor closest to its limit, for the headers
 	var closestLeft uint32 = math.MaxUint32
 	for i := range ds {
@@ -655,13 +650,13 @@ func (t *envoyTable) answer(ds []envoyDescriptor) *rlsv3.RateLimitResponse {
 				continue // a check: the store was not asked
 			}
 			st.LimitRemaining = uint32(min(d.dec.Remaining, math.MaxUint32))
-			st.DurationUntilReset = dur(i, d.dec.ResetAfter)
+			st.DurationUntilReset = setDuration(&durs[i], d.dec.ResetAfter)
 			if closest < 0 || st.LimitRemaining < closestLeft {
 				closest, closestLeft = i, st.LimitRemaining
 			}
 			continue
 		}
-		st.DurationUntilReset = dur(i, d.dec.RetryAfter)
+		st.DurationUntilReset = setDuration(&durs[i], d.dec.RetryAfter)
 		src := d.lim.src
 		if t.opts.QuotaMode || src != nil && src.Quota {
 			// Quota: the violation is for the caller to see, not a

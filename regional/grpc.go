@@ -273,7 +273,11 @@ func newRLSArena(n int) *rlsArena {
 
 // duration is durationpb.New(d) in the arena.
 func (ar *rlsArena) duration(i int, d time.Duration) *durationpb.Duration {
-	p := &ar.dur[i]
+	return setDuration(&ar.dur[i], d)
+}
+
+// setDuration sets p to d, as durationpb.New would make it, and returns p.
+func setDuration(p *durationpb.Duration, d time.Duration) *durationpb.Duration {
 	p.Seconds, p.Nanos = int64(d/time.Second), int32(d%time.Second)
 	return p
 }
@@ -336,6 +340,8 @@ func rlsError(i int, err error) error {
 	return GRPCError(err)
 }
 
+func header(k, v string) *corev3.HeaderValue { return &corev3.HeaderValue{Key: k, Value: v} }
+
 func rlsUnit(w time.Duration) rlsv3.RateLimitResponse_RateLimit_Unit {
 	switch w {
 	case time.Second:
@@ -357,5 +363,3 @@ func (a limiterAPI) Settle(ctx context.Context, r *allotv1.SettleRequest) (*allo
 	}
 	return &allotv1.SettleResponse{Reserved: got.Reserved, Actual: got.Actual, Refunded: got.Refunded, Charged: got.Charged}, nil
 }
-
-func header(k, v string) *corev3.HeaderValue { return &corev3.HeaderValue{Key: k, Value: v} }

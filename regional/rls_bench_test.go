@@ -51,8 +51,7 @@ func BenchmarkRLSDescriptors(b *testing.B) {
 	}
 	for _, store := range []string{"memstore", "redis"} {
 		for _, n := range []int{1, 2, 4} {
-			b.Run(store+"/descriptors="+strconv.Itoa(n), func(sb *testing.B) {
-				b := sb
+			b.Run(store+"/descriptors="+strconv.Itoa(n), func(b *testing.B) {
 				rls := rlsAPI{s: podOf(store).s}
 				reqs := make([]*rlsv3.RateLimitRequest, tenants)
 				for i := range reqs {
